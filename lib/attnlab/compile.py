@@ -1,0 +1,140 @@
+"""Compile CUDA C from ``kernels/`` through CuPy (NVRTC) and cache the result.
+
+A kernel is named by its file (relative to ``kernels/``), its function and its compile-time
+parameters: template arguments (head dim, tile sizes) instantiated through CuPy's
+``name_expressions``, and optional ``-D`` defines. Compiled modules are cached per
+(file contents, includes, parameters, GPU architecture), so a notebook that launches the same
+kernel a thousand times compiles it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .paths import KERNELS_DIR
+
+CXX_STANDARD = "-std=c++17"
+
+
+class CompileError(RuntimeError):
+    """A kernel failed to compile; the message names the file, the line and the options."""
+
+
+def kernel_path(source: str | Path) -> Path:
+    """Absolute path of a kernel source given relative to ``kernels/`` (or absolute)."""
+    path = Path(source)
+    if not path.is_absolute():
+        path = KERNELS_DIR / path
+    if not path.is_file():
+        raise FileNotFoundError(f"no kernel source {path} (sources live under {KERNELS_DIR})")
+    return path
+
+
+def kernel_source(source: str | Path) -> str:
+    """The text of a kernel file, for display in a notebook."""
+    return kernel_path(source).read_text()
+
+
+def format_template_arg(arg: Any) -> str:
+    if isinstance(arg, bool):
+        return "true" if arg else "false"
+    if isinstance(arg, (int,)) or hasattr(arg, "__index__"):
+        return str(int(arg))
+    raise TypeError(f"template argument {arg!r} must be an int or bool")
+
+
+def name_expression(function: str, template_args: Sequence[Any] = ()) -> str:
+    """``attn_tiled<64, 8, 16>``: the exact string NVRTC instantiates and CuPy looks up."""
+    if not template_args:
+        return function
+    return f"{function}<{', '.join(format_template_arg(a) for a in template_args)}>"
+
+
+def define_options(defines: Mapping[str, Any] | None) -> tuple[str, ...]:
+    if not defines:
+        return ()
+    opts = []
+    for key, value in sorted(defines.items()):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ValueError(f"bad define name {key!r}: must be a C identifier")
+        opts.append(f"-D{key}" if value is None else f"-D{key}={value}")
+    return tuple(opts)
+
+
+def compile_options(defines: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """NVRTC options shared by the live loader (the static build mirrors them for nvcc)."""
+    return (CXX_STANDARD, f"-I{KERNELS_DIR}", *define_options(defines))
+
+
+def source_fingerprint(path: Path) -> str:
+    """Hash of a kernel file and every header under kernels/, so editing common.cuh recompiles."""
+    digest = hashlib.sha256(path.read_bytes())
+    for header in sorted(KERNELS_DIR.rglob("*.cuh")):
+        digest.update(header.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+_ERROR_LINE = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?:catastrophic )?error:? ?(?P<msg>.*)$",
+                         re.MULTILINE)
+
+
+def describe_compile_log(source: str | Path, log: str, options: Sequence[str]) -> str:
+    """Turn a compiler log into a message naming the first error's file and line."""
+    match = _ERROR_LINE.search(log)
+    where = str(source)
+    if match:
+        file = match.group("file")
+        # NVRTC names the main translation unit after a temporary file; errors in headers
+        # carry the header's own path.
+        if file.endswith(".cuh"):
+            where = file
+        where = f"{where}:{match.group('line')}: {match.group('msg').strip()}"
+    return f"failed to compile {where}\n  options: {' '.join(options)}\n{log.strip()}"
+
+
+@dataclass(frozen=True)
+class _Key:
+    path: str
+    fingerprint: str
+    expression: str
+    options: tuple[str, ...]
+    arch: str
+
+
+_CACHE: dict[_Key, Any] = {}
+
+
+def load_kernel(source: str | Path, function: str, template_args: Sequence[Any] = (),
+                defines: Mapping[str, Any] | None = None):
+    """Compile (once) and return a ``cupy.RawKernel`` for ``function<template_args>``.
+
+    ``source`` is relative to ``kernels/``; headers are found with ``-I kernels``.
+    Raises :class:`CompileError` naming the file, line and options when NVRTC fails.
+    """
+    import cupy as cp
+
+    path = kernel_path(source)
+    expression = name_expression(function, template_args)
+    options = compile_options(defines)
+    arch = "sm_" + cp.cuda.Device().compute_capability
+    key = _Key(str(path), source_fingerprint(path), expression, options, arch)
+    kernel = _CACHE.get(key)
+    if kernel is not None:
+        return kernel
+    module = cp.RawModule(code=path.read_text(), options=options,
+                          name_expressions=[expression] if template_args else None)
+    try:
+        module.compile()
+        kernel = module.get_function(expression)
+    except cp.cuda.compiler.CompileException as exc:
+        raise CompileError(describe_compile_log(source, exc.get_message(), options)) from None
+    _CACHE[key] = kernel
+    return kernel
+
+
+def clear_cache() -> None:
+    _CACHE.clear()

@@ -1,0 +1,111 @@
+"""Reference attention: float64 NumPy (the ground truth) and torch SDPA (the vendor path)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)
+
+
+def to_numpy(x) -> np.ndarray:
+    """NumPy copy of a NumPy, CuPy or torch array."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "detach"):  # torch
+        return x.detach().cpu().numpy()
+    if hasattr(x, "get"):  # cupy
+        return x.get()
+    return np.asarray(x)
+
+
+def _xp_of(x):
+    """NumPy, or CuPy for device arrays (so the float64 reference runs where the data is)."""
+    mod = type(x).__module__
+    if mod.startswith("cupy"):
+        import cupy as cp
+        return cp, x
+    if mod.startswith("torch") and x.is_cuda:
+        import cupy as cp
+        return cp, cp.from_dlpack(x.detach())
+    return np, to_numpy(x)
+
+
+def attention_fp64(q, k, v, scale: float | None = None):
+    """softmax(scale · Q Kᵀ) V in float64, head by head (so N=4097 needs only N² doubles at once).
+
+    Shapes [B, H, N, D]; returns float64 [B, H, N, D] — a NumPy array for host inputs, a CuPy
+    array for device inputs (the same formula, evaluated in float64 on the GPU).
+    """
+    xp, q = _xp_of(q)
+    _, k = _xp_of(k)
+    _, v = _xp_of(v)
+    q, k, v = (a.astype(xp.float64) for a in (q, k, v))
+    if q.ndim != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"q, k, v must share one [B, H, N, D] shape, got {q.shape}, {k.shape}, {v.shape}")
+    scale = default_scale(q.shape[-1]) if scale is None else scale
+    B, H, N, D = q.shape
+    qf, kf, vf = (a.reshape(B * H, N, D) for a in (q, k, v))
+    out = xp.empty_like(qf)
+    # As many heads at once as keep the score matrices under ~256 MB.
+    step = max(1, (256 << 20) // (8 * N * N))
+    for h0 in range(0, B * H, step):
+        sl = slice(h0, h0 + step)
+        s = xp.matmul(qf[sl], kf[sl].transpose(0, 2, 1)) * scale
+        s -= s.max(axis=-1, keepdims=True)
+        p = xp.exp(s)
+        p /= p.sum(axis=-1, keepdims=True)
+        out[sl] = xp.matmul(p, vf[sl])
+    return out.reshape(B, H, N, D)
+
+
+def attention_sdpa(q, k, v, scale: float | None = None):
+    """torch.nn.functional.scaled_dot_product_attention on the inputs' device and dtype.
+
+    Accepts torch tensors, or CuPy arrays (zero-copy through DLPack); returns a torch tensor.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def as_torch(a):
+        if isinstance(a, torch.Tensor):
+            return a
+        if isinstance(a, np.ndarray):
+            return torch.from_numpy(a)
+        return torch.from_dlpack(a)
+
+    q, k, v = (as_torch(a) for a in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+def rel_error(out, ref) -> float:
+    """‖out − ref‖_F / ‖ref‖_F in float64; NaN or Inf anywhere in ``out`` gives inf."""
+    o = to_numpy(out).astype(np.float64)
+    r = to_numpy(ref).astype(np.float64)
+    if o.shape != r.shape:
+        raise ValueError(f"shapes differ: {o.shape} vs {r.shape}")
+    if not np.all(np.isfinite(o)):
+        return float("inf")
+    denom = np.linalg.norm(r)
+    return float(np.linalg.norm(o - r) / denom) if denom > 0 else float(np.linalg.norm(o - r))
+
+
+def max_abs_error(out, ref) -> float:
+    o = to_numpy(out).astype(np.float64)
+    r = to_numpy(ref).astype(np.float64)
+    if not np.all(np.isfinite(o)):
+        return float("inf")
+    return float(np.max(np.abs(o - r))) if o.size else 0.0
+
+
+def attention_flops(B: int, H: int, N: int, D: int) -> int:
+    """Forward FLOPs, FlashAttention's convention: 2·N²·D for QKᵀ plus 2·N²·D for PV, per head."""
+    return 4 * B * H * N * N * D
+
+
+def attention_min_bytes(B: int, H: int, N: int, D: int, itemsize: int = 4) -> int:
+    """Fewest bytes through device memory: Q, K, V read once and O written once."""
+    return 4 * B * H * N * D * itemsize

@@ -1,0 +1,97 @@
+"""The results store: tidy CSV per notebook per GPU, with provenance on every row.
+
+``data/results/<gpu>/<notebook>__<table>.csv`` holds the ``full``-profile run that the report
+replays; other profiles (quick, custom) go to ``data/results/<gpu>/<profile>/`` so a quick test run
+on a GPU never overwrites the recorded full run. Writes go to a temporary file in the same folder
+and are renamed into place, so a crash leaves the previous table intact, never half a table.
+SCHEMA.md in data/results documents the columns.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from .env import Mode, MissingRecordedData, how_to_record, provenance
+from .paths import RESULTS_DIR
+
+PROVENANCE_COLUMNS = ("gpu_name", "gpu", "driver_version", "sm_clock_mhz", "mem_clock_mhz",
+                      "max_sm_clock_mhz", "gpu_temp_c", "cupy_version", "cuda_runtime",
+                      "cuda_driver_api", "torch_version", "torch_cuda", "git_commit", "git_dirty",
+                      "timestamp_utc", "mode")
+CANONICAL_PROFILE = "full"
+_NAME = re.compile(r"[0-9]{2}_[a-z0-9_]+")
+_TABLE = re.compile(r"[a-z0-9_]+")
+
+
+def table_path(notebook: str, table: str, gpu: str, profile: str = CANONICAL_PROFILE) -> Path:
+    if not _NAME.fullmatch(notebook):
+        raise ValueError(f"notebook name must look like '01_naive', got {notebook!r}")
+    if not _TABLE.fullmatch(table):
+        raise ValueError(f"table name must be lower_snake_case, got {table!r}")
+    folder = RESULTS_DIR / gpu
+    if profile != CANONICAL_PROFILE:
+        if not _TABLE.fullmatch(profile):
+            raise ValueError(f"profile name must be lower_snake_case, got {profile!r}")
+        folder = folder / profile
+    return folder / f"{notebook}__{table}.csv"
+
+
+def write_csv_atomic(df: pd.DataFrame, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            df.to_csv(fh, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_table(df: pd.DataFrame, notebook: str, table: str, mode: Mode,
+               profile: str = CANONICAL_PROFILE) -> Path:
+    """Stamp provenance on every row and write the table atomically (live mode only)."""
+    if not mode.live:
+        raise ValueError("replay mode never writes results: the recorded figures stay as recorded")
+    if df.empty:
+        raise ValueError(f"refusing to record an empty table {notebook}/{table}")
+    clash = [c for c in PROVENANCE_COLUMNS if c in df.columns]
+    if clash:
+        raise ValueError(f"measurement columns clash with provenance columns: {clash}")
+    stamped = df.copy()
+    for key, value in provenance(mode).items():
+        stamped[key] = value
+    stamped["profile"] = profile
+    return write_csv_atomic(stamped, table_path(notebook, table, mode.gpu, profile))
+
+
+def load_table(notebook: str, table: str, gpu: str, profile: str = CANONICAL_PROFILE) -> pd.DataFrame:
+    """Load a recorded table; raise :class:`MissingRecordedData` saying how to record it."""
+    path = table_path(notebook, table, gpu, profile)
+    if not path.is_file():
+        raise MissingRecordedData(f"no recorded table '{table}' of notebook {notebook} for GPU '{gpu}' "
+                                  f"({path.relative_to(RESULTS_DIR.parent.parent)}). " + how_to_record(gpu))
+    return pd.read_csv(path)
+
+
+def has_table(notebook: str, table: str, gpu: str, profile: str = CANONICAL_PROFILE) -> bool:
+    return table_path(notebook, table, gpu, profile).is_file()
+
+
+def describe_provenance(df: pd.DataFrame) -> str:
+    """One line naming where a recorded table's figures come from."""
+    if df.empty or "gpu_name" not in df.columns:
+        return "no provenance recorded"
+    first = df.iloc[0]
+    commits = sorted(set(str(c)[:10] for c in df["git_commit"]))
+    stamps = sorted(df["timestamp_utc"].astype(str))
+    return (f"{first['gpu_name']} · driver {first['driver_version']} · CUDA runtime {first['cuda_runtime']} · "
+            f"CuPy {first['cupy_version']} · torch {first['torch_version']} · commit {', '.join(commits)}"
+            f"{' (dirty)' if str(first['git_dirty']) == 'True' else ''} · recorded {stamps[0]}"
+            f"{' … ' + stamps[-1] if stamps[-1] != stamps[0] else ''} · profile {first.get('profile', '?')}")
