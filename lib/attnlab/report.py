@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         plans = []
         for path in books:
             params = {**profile_parameters(args.profile, path.stem), **overrides,
-                      "mode": mode.name, "gpu": args.gpu}
+                      "mode": args.mode, "gpu": args.gpu}
             check_parameters(path, params)
             plans.append((path, params))
     except (ValueError, FileNotFoundError) as exc:

@@ -1,0 +1,82 @@
+"""Kernel loading and the static (CPU-only) build."""
+
+import pytest
+
+from attnlab.attention import KERNELS, SUPPORTED_HEAD_DIMS, default_tiles
+from attnlab.compile import CompileError, define_options, describe_compile_log, kernel_path, name_expression
+from attnlab.static import (count_ptx_loads, has_vector_global_loads, parse_ptxas_verbose, split_ptx_functions,
+                            static_build, template_args_of)
+
+
+def test_name_expression_formats_template_arguments():
+    assert name_expression("attn_naive", (64,)) == "attn_naive<64>"
+    assert name_expression("attn_tiled", (64, 8, 16)) == "attn_tiled<64, 8, 16>"
+    assert name_expression("k", (True, 3)) == "k<true, 3>"
+    assert name_expression("plain") == "plain"
+    with pytest.raises(TypeError):
+        name_expression("k", ("64",))
+
+
+def test_define_options_reject_non_identifiers():
+    assert define_options({"TILE": 8, "FLAG": None}) == ("-DFLAG", "-DTILE=8")
+    with pytest.raises(ValueError, match="C identifier"):
+        define_options({"BAD-NAME": 1})
+
+
+def test_missing_kernel_file_is_named():
+    with pytest.raises(FileNotFoundError, match="no_such_kernel.cu"):
+        kernel_path("attention/no_such_kernel.cu")
+
+
+def test_compile_log_names_file_line_and_options():
+    log = "/tmp/tmpab12/kern.cu(17): error: identifier \"foo\" is undefined\n1 error detected"
+    msg = describe_compile_log("attention/01_naive.cu", log, ["-std=c++17", "-DX=1"])
+    assert "attention/01_naive.cu:17" in msg and 'identifier "foo"' in msg and "-DX=1" in msg
+
+
+def test_static_build_reports_compile_errors_with_file_and_line(tmp_path):
+    bad = tmp_path / "broken.cu"
+    bad.write_text("template <int D>\n__global__ void broken(float* x) {\n    x[0] = undefined_name;\n}\n")
+    with pytest.raises(CompileError) as exc:
+        static_build(bad, "broken", [(32,)], "sm_90")
+    text = str(exc.value)
+    assert "broken.cu" in text and ":3" in text and "-std=c++17" in text
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_every_attention_kernel_builds_without_spills(name, arch):
+    spec = KERNELS[name]
+    if not kernel_path(spec.source).is_file():
+        pytest.fail(f"{spec.source} is registered but missing")
+    args = [spec.template_args(d, *default_tiles(d)) for d in SUPPORTED_HEAD_DIMS]
+    reports = static_build(spec.source, spec.function, args, arch)
+    assert [r.template_args for r in reports] == args
+    for r in reports:
+        assert r.registers > 0, "ptxas reported no registers"
+        assert not r.spills, f"{r.name} spills on {arch}: {r.spill_store_bytes} B stored"
+        assert r.ptx.startswith(".visible .entry"), "PTX of the function was not captured"
+        assert has_vector_global_loads(r.ptx) == spec.vector_loads, (
+            f"{r.name}: 128-bit global loads {'missing' if spec.vector_loads else 'unexpected'}")
+
+
+def test_parse_ptxas_verbose_sample():
+    log = """ptxas info    : Compiling entry function '_Z10attn_naiveILi64EEvPKfS1_S1_Pfif' for 'sm_90'
+ptxas info    : Function properties for _Z10attn_naiveILi64EEvPKfS1_S1_Pfif
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 31 registers, used 1 barriers, 2048 bytes smem
+"""
+    info = parse_ptxas_verbose(log)["_Z10attn_naiveILi64EEvPKfS1_S1_Pfif"]
+    assert info == dict(stack_bytes=8, spill_store_bytes=4, spill_load_bytes=12, registers=31,
+                        static_smem_bytes=2048, barriers=1)
+
+
+def test_ptx_helpers():
+    ptx = (".visible .entry _Z1fv(\n)\n{\n\tld.global.nc.v4.f32 {%f1,%f2,%f3,%f4}, [%rd1];\n"
+           "\tst.shared.f32 [%r1], %f1;\n}\n.visible .entry _Z1gv(\n)\n{\n\tld.global.f32 %f1, [%rd1];\n}\n")
+    fns = split_ptx_functions(ptx)
+    assert set(fns) == {"_Z1fv", "_Z1gv"}
+    assert has_vector_global_loads(fns["_Z1fv"]) and not has_vector_global_loads(fns["_Z1gv"])
+    assert count_ptx_loads(fns["_Z1fv"]) == {"ld.global.nc.v4.f32": 1, "st.shared.f32": 1}
+    assert template_args_of("void attn_tiled<64, 8, 16>(float const*, int)") == ("64", "8", "16")
+    assert template_args_of("void plain(float*)") == ()
