@@ -65,9 +65,14 @@ def define_options(defines: Mapping[str, Any] | None) -> tuple[str, ...]:
     return tuple(opts)
 
 
-def compile_options(defines: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-    """NVRTC options shared by the live loader (the static build mirrors them for nvcc)."""
-    return (CXX_STANDARD, f"-I{KERNELS_DIR}", *define_options(defines))
+def compile_options(defines: Mapping[str, Any] | None = None, source_dir: Path | None = None) -> tuple[str, ...]:
+    """NVRTC options shared by the live loader (the static build mirrors them for nvcc).
+
+    NVRTC gets the source as a string, so a kernel's own folder is added to the include path
+    explicitly (``#include "delta_common.cuh"`` beside the kernel), then ``kernels/`` for
+    ``common.cuh``."""
+    dirs = [source_dir] if source_dir is not None and source_dir != KERNELS_DIR else []
+    return (CXX_STANDARD, *(f"-I{d}" for d in dirs), f"-I{KERNELS_DIR}", *define_options(defines))
 
 
 def source_fingerprint(path: Path) -> str:
@@ -119,7 +124,7 @@ def load_kernel(source: str | Path, function: str, template_args: Sequence[Any] 
 
     path = kernel_path(source)
     expression = name_expression(function, template_args)
-    options = compile_options(defines)
+    options = compile_options(defines, path.parent)
     arch = "sm_" + cp.cuda.Device().compute_capability
     key = _Key(str(path), source_fingerprint(path), expression, options, arch)
     kernel = _CACHE.get(key)

@@ -123,7 +123,7 @@ def git_commit() -> tuple[str, bool]:
     if env:
         return env, os.environ.get("ATTNLAB_GIT_DIRTY", "0") == "1"
     commit = _run(["git", "rev-parse", "HEAD"]) or "unknown"
-    dirty = bool(_run(["git", "status", "--porcelain", "--", "kernels", "lib", "notebooks"]))
+    dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no", "--", "kernels", "lib", "notebooks"]))
     return commit, dirty
 
 

@@ -77,7 +77,12 @@ def attention_sdpa(q, k, v, scale: float | None = None):
             return torch.from_numpy(a)
         return torch.from_dlpack(a)
 
-    q, k, v = (as_torch(a) for a in (q, k, v))
+    def aligned(t):
+        # torch's memory-efficient SDPA kernel faults ("misaligned address") on CUDA inputs that
+        # are not 16-byte aligned (seen on an H200, torch 2.11); the reference takes a copy then.
+        return t.clone() if t.is_cuda and t.data_ptr() % 16 else t
+
+    q, k, v = (aligned(as_torch(a)) for a in (q, k, v))
     return F.scaled_dot_product_attention(q, k, v, scale=scale)
 
 

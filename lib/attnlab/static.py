@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .compile import (CompileError, define_options, describe_compile_log, kernel_path,
+from .compile import (CompileError, compile_options, define_options, describe_compile_log, kernel_path,
                       name_expression, source_fingerprint, CXX_STANDARD)
 from .paths import KERNELS_DIR
 
@@ -206,7 +206,7 @@ def _build_with_nvcc(nvcc, path, function, instantiations, arch, defines, source
 def _build_with_nvrtc(path, function, instantiations, arch, defines, source):
     from cuda.bindings import nvrtc  # type: ignore
 
-    options = [CXX_STANDARD, f"-I{KERNELS_DIR}", *define_options(defines), f"--gpu-architecture={arch}",
+    options = [*compile_options(defines, path.parent), f"--gpu-architecture={arch}",
                "--ptxas-options=-v"]
     code = path.read_text().encode()
     err, prog = nvrtc.nvrtcCreateProgram(code, str(path).encode(), 0, [], [])

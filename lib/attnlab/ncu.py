@@ -1,0 +1,420 @@
+"""Nsight Compute (``ncu``) from Python: build the command line, parse ``--csv --page raw`` output
+into a tidy table, normalise units.
+
+The raw page in CSV form is *wide*: a header row (``"ID","Process ID",...,"Kernel Name",...``
+then one column per metric), a second row holding each column's unit (empty under the
+non-metric columns), then one row per profiled kernel launch. Lines ncu prints for itself start
+with ``==PROF==`` / ``==WARNING==`` / ``==ERROR==`` and are skipped. Numbers may carry thousands
+separators (``"1,234,567"``).
+
+The tidy table has one row per (launch, metric): ``launch_id, kernel_name, function,
+template_args, block_size, grid_size, metric, unit, value`` with units normalised to
+``byte`` (from Kbyte/Mbyte/..., SI prefixes as ncu prints them), ``ns`` (from usecond/msecond/...),
+``%`` and plain counts (``""``, inst, sector, warp, cycle ...).
+
+``scripts/ncu_profile.py`` drives a whole profiling run; notebooks read its recorded table.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterable, Sequence
+
+#: The counters notebook 06 uses (DESIGN.md "Roofline").
+METRICS: tuple[str, ...] = (
+    "dram__bytes.sum",
+    "lts__t_bytes.sum",
+    "lts__t_sector_hit_rate.pct",
+    "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "sm__sass_thread_inst_executed_op_fadd_pred_on.sum",
+    "sm__sass_thread_inst_executed_op_fmul_pred_on.sum",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "gpu__time_duration.sum",
+)
+
+#: Non-metric columns of the raw page (those present are kept as launch attributes).
+INFO_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+                "Block Size", "Grid Size", "Device", "CC")
+
+TIDY_COLUMNS = ["launch_id", "kernel_name", "function", "template_args", "block_size", "grid_size",
+                "metric", "unit", "value"]
+
+
+class NcuUnavailable(RuntimeError):
+    """ncu is missing or could not read the performance counters; the message says why."""
+
+
+# ------------------------------------------------------------------------------ finding ncu
+
+def ncu_path() -> str | None:
+    """The ncu executable: PATH, then $CUDA_HOME/bin, /usr/local/cuda/bin, /opt/nvidia/nsight-compute."""
+    found = shutil.which("ncu")
+    if found:
+        return found
+    candidates = []
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            candidates.append(Path(home) / "bin" / "ncu")
+    candidates += sorted(Path("/opt/nvidia/nsight-compute").glob("*/ncu"), reverse=True)
+    candidates += sorted(Path("/usr/local").glob("cuda*/bin/ncu"), reverse=True)
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return None
+
+
+def ncu_version(ncu: str | None = None) -> str | None:
+    ncu = ncu or ncu_path()
+    if not ncu:
+        return None
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"Version\s+([\w.\-() ]+)", out.stdout + out.stderr)
+    return m.group(1).strip() if m else (out.stdout.strip().splitlines() or [None])[-1]
+
+
+# ---------------------------------------------------------------------------- command line
+
+def build_command(target: Sequence[str], *, metrics: Iterable[str] = METRICS, kernel_regex: str | None = None,
+                  launch_count: int | None = None, launch_skip: int | None = None,
+                  profile_from_start: bool = True, log_file: str | Path | None = None,
+                  ncu: str | None = None, base_units: bool = True, extra: Sequence[str] = ()) -> list[str]:
+    """The ncu command line (a list for ``subprocess``).
+
+    * ``--clock-control none``: keep the GPU's own boost clocks, so counters and the latencies
+      measured without ncu describe the same machine state (ncu otherwise locks base clocks);
+    * ``--csv --page raw``: one wide row per launch with exactly the requested metrics;
+    * ``--print-units base``: bytes and nanoseconds instead of auto-scaled Kbyte/usecond;
+    * ``--profile-from-start off`` when the target brackets the launches of interest with
+      ``cudaProfilerStart/Stop``; ``--kernel-name regex:...`` / ``--launch-count`` otherwise.
+    """
+    metrics = list(metrics)
+    if not metrics:
+        raise ValueError("build_command: no metrics")
+    for m in metrics:
+        if not re.fullmatch(r"[A-Za-z0-9_.]+", m):
+            raise ValueError(f"bad metric name {m!r}")
+    if launch_count is not None and launch_count < 1:
+        raise ValueError("launch_count must be >= 1")
+    if not target:
+        raise ValueError("build_command: empty target command")
+    cmd = [ncu or ncu_path() or "ncu", "--clock-control", "none", "--csv", "--page", "raw",
+           "--metrics", ",".join(metrics)]
+    if base_units:
+        cmd += ["--print-units", "base"]
+    if kernel_regex:
+        cmd += ["--kernel-name", f"regex:{kernel_regex}"]
+    if launch_skip:
+        cmd += ["--launch-skip", str(int(launch_skip))]
+    if launch_count is not None:
+        cmd += ["--launch-count", str(int(launch_count))]
+    if not profile_from_start:
+        cmd += ["--profile-from-start", "off"]
+    if log_file is not None:
+        cmd += ["--log-file", str(log_file)]
+    cmd += list(extra)
+    return cmd + list(target)
+
+
+# ---------------------------------------------------------------------------------- parsing
+
+_BYTE_UNITS = {"byte": 1, "bytes": 1, "b": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+               "kibyte": 2**10, "mibyte": 2**20, "gibyte": 2**30}
+_TIME_UNITS = {"nsecond": 1, "ns": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
+               "second": 1e9, "s": 1e9}
+_COUNT_PREFIX = {"k": 1e3, "m": 1e6, "g": 1e9}
+
+
+def parse_number(text: str) -> float | None:
+    """'1,234.5' -> 1234.5; 'n/a', '' -> None."""
+    s = (text or "").strip().replace('"', "")
+    if not s or s.lower() in ("n/a", "nan", "-"):
+        return None
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d*)?([eE][-+]?\d+)?", s):
+        s = s.replace(",", "")
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def normalize_unit(value: float | None, unit: str) -> tuple[float | None, str]:
+    """Scale ``value`` to base units: bytes ('byte'), nanoseconds ('ns'), '%', counts ('')."""
+    u = (unit or "").strip()
+    ul = u.lower()
+    if value is None:
+        return None, _canonical_unit(ul)
+    if ul in _BYTE_UNITS:
+        return value * _BYTE_UNITS[ul], "byte"
+    if ul in _TIME_UNITS:
+        return value * _TIME_UNITS[ul], "ns"
+    if ul in ("%", "pct", "percent"):
+        return value, "%"
+    if ul.endswith("byte/second") or ul.endswith("byte/s"):
+        prefix = ul[: -len("byte/second")] if ul.endswith("byte/second") else ul[: -len("byte/s")]
+        return value * _BYTE_UNITS.get(prefix + "byte", 1), "byte/s"
+    # counts, possibly auto-scaled ('Kinst', 'Msector', 'Gwarp', ...)
+    m = re.fullmatch(r"([kmg])(inst|sector|sectors|warp|warps|cycle|cycles|request|requests|thread|threads)", ul)
+    if m:
+        return value * _COUNT_PREFIX[m.group(1)], ""
+    return value, "" if ul in ("", "inst", "sector", "sectors", "warp", "warps", "cycle", "cycles",
+                                "request", "requests", "thread", "threads", "block", "blocks") else u
+
+
+def _canonical_unit(ul: str) -> str:
+    if ul in _BYTE_UNITS:
+        return "byte"
+    if ul in _TIME_UNITS:
+        return "ns"
+    return "%" if ul in ("%", "pct", "percent") else ""
+
+
+_NAME = re.compile(r"^(?:void\s+)?(?P<func>[A-Za-z_][\w:]*)\s*(?:<(?P<targs>.*)>)?\s*(?:\((?P<params>.*)\))?\s*$")
+
+
+def demangle_kernel(name: str) -> tuple[str, tuple[str, ...]]:
+    """'void attn_tiled<64, 8, 16>(const float *, ...)' -> ('attn_tiled', ('64', '8', '16')).
+
+    Names ncu could not demangle (or with nested templates it cannot split) come back whole with
+    no template arguments."""
+    n = (name or "").strip()
+    m = _NAME.match(n)
+    if not m:
+        return n, ()
+    targs = m.group("targs")
+    if not targs:
+        return m.group("func"), ()
+    parts, depth, cur = [], 0, ""
+    for ch in targs:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur.strip())
+    return m.group("func"), tuple(p for p in parts if p)
+
+
+def _csv_lines(text: str) -> list[str]:
+    """Keep the CSV part of ncu output: drop ==PROF==/==WARNING== lines and anything before the
+    header (a target program's own prints when no --log-file was used)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith('"ID"'):
+            return [l for l in lines[i:] if l.strip() and not l.startswith("==")]
+    return []
+
+
+def parse_raw_csv(text: str):
+    """Tidy DataFrame (:data:`TIDY_COLUMNS`) from ``ncu --csv --page raw`` output.
+
+    Raises :class:`NcuUnavailable` with ncu's own error lines when the text holds no CSV table.
+    """
+    import pandas as pd
+
+    lines = _csv_lines(text)
+    if not lines:
+        raise NcuUnavailable("no CSV table in ncu output: " + (diagnose(text) or "empty output"))
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    header = rows[0]
+    body = rows[1:]
+    units = [""] * len(header)
+    col = {h: i for i, h in enumerate(header)}
+    metric_cols = [i for i, h in enumerate(header) if h not in INFO_COLUMNS and "__" in h]
+    # the units row: its ID cell is empty (launch rows carry an integer ID) and no metric cell
+    # holds a number
+    if body and body[0] and body[0][0].strip() == "" and not any(
+            i < len(body[0]) and parse_number(body[0][i]) is not None for i in metric_cols):
+        units = body[0] + [""] * (len(header) - len(body[0]))
+        body = body[1:]
+    out = []
+    for r in body:
+        if not r or not r[0].strip():
+            continue
+        r = r + [""] * (len(header) - len(r))
+        name = r[col["Kernel Name"]] if "Kernel Name" in col else ""
+        func, targs = demangle_kernel(name)
+        base = {"launch_id": int(parse_number(r[col["ID"]]) or 0), "kernel_name": name, "function": func,
+                "template_args": ",".join(targs),
+                "block_size": r[col["Block Size"]] if "Block Size" in col else "",
+                "grid_size": r[col["Grid Size"]] if "Grid Size" in col else ""}
+        for i in metric_cols:
+            value, unit = normalize_unit(parse_number(r[i]), units[i])
+            out.append({**base, "metric": header[i], "unit": unit, "value": value})
+    return pd.DataFrame(out, columns=TIDY_COLUMNS)
+
+
+def wide(tidy, index: Sequence[str] = ("launch_id", "kernel_name", "function", "template_args")):
+    """One row per launch (or per ``index`` group), one column per metric."""
+    index = [c for c in index if c in tidy.columns]
+    # groupby(...).first() keeps NaN readings as NaN without building a cartesian product
+    w = tidy.groupby([*index, "metric"], sort=False, dropna=False)["value"].first().unstack("metric")
+    w.columns.name = None
+    return w.reset_index()
+
+
+def aggregate_launches(tidy, duration_metric: str = "gpu__time_duration.sum"):
+    """Combine several launches (e.g. the kernels one torch SDPA call issues) into one set of
+    metrics: ``.sum`` counters and durations add; percentages and ``.avg``/``.pct`` ratios are
+    averaged weighted by each launch's duration. Returns a tidy frame without launch columns
+    (metric, unit, value, n_kernels, kernel_names)."""
+    import pandas as pd
+
+    if tidy.empty:
+        return pd.DataFrame(columns=["metric", "unit", "value", "n_kernels", "kernel_names"])
+    dur = tidy[tidy["metric"] == duration_metric].set_index("launch_id")["value"]
+    names = " | ".join(dict.fromkeys(tidy.sort_values("launch_id")["kernel_name"]))
+    n = int(tidy["launch_id"].nunique())
+    rows = []
+    for metric, g in tidy.groupby("metric", sort=False):
+        unit = g["unit"].iloc[0]
+        vals = g.set_index("launch_id")["value"].astype(float)
+        if unit == "%" or metric.endswith(".pct") or ".avg" in metric or "pct_of" in metric:
+            w = dur.reindex(vals.index).astype(float)
+            if w.notna().all() and w.sum() > 0:
+                value = float((vals * w).sum() / w.sum())
+            else:
+                value = float(vals.mean())
+        else:
+            value = float(vals.sum(min_count=1))
+        rows.append({"metric": metric, "unit": unit, "value": value, "n_kernels": n, "kernel_names": names})
+    return pd.DataFrame(rows)
+
+
+def split_by_marker(tidy, marker_function: str) -> list[list[int]]:
+    """Launch IDs grouped by marker launches: the worker launches a tiny marker kernel after each
+    measured call, so group i holds the kernels of call i (markers themselves dropped)."""
+    ids = tidy.drop_duplicates("launch_id").sort_values("launch_id")[["launch_id", "function"]]
+    groups, cur = [], []
+    for lid, func in ids.itertuples(index=False):
+        if func == marker_function:
+            groups.append(cur)
+            cur = []
+        else:
+            cur.append(int(lid))
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+# ------------------------------------------------------------------------------- diagnostics
+
+_PERM = ("ERR_NVGPUCTRPERM", "permission to access NVIDIA GPU Performance Counters")
+
+
+def diagnose(output: str, returncode: int | None = None) -> str | None:
+    """Why ncu gave no counters, in one line, or None when nothing looks wrong."""
+    text = output or ""
+    if any(p in text for p in _PERM):
+        return ("the GPU's performance counters are restricted to admin users (ERR_NVGPUCTRPERM); "
+                "see https://developer.nvidia.com/ERR_NVGPUCTRPERM")
+    errs = [l.strip() for l in text.splitlines() if l.startswith("==ERROR==")]
+    if errs:
+        return "; ".join(errs[:3])
+    if "No kernels were profiled" in text:
+        return "ncu profiled no kernels (filters matched nothing, or profiling windows were empty)"
+    if returncode not in (None, 0):
+        return f"ncu exited with status {returncode}"
+    return None
+
+
+# ------------------------------------------------------------------ profiling plan and result
+
+#: the marker kernel launched (in its own profiling window) after each measured call
+MARKER_SOURCE = "bench/01_fma_peak.cu"
+MARKER_FUNCTION = "fma_peak_config"
+PLAN_KERNELS = ("naive", "tiled", "vec_load", "vec_padded", "double_buffer")
+SDPA_LABEL = "torch_sdpa"
+LABEL_COLUMNS = ["kernel", "B", "H", "N", "D", "tile_rows", "tile_kv", "purpose"]
+
+
+def build_plan(profile: str = "full", B: int = 2, H: int = 8) -> list[dict]:
+    """What the worker launches, once each, in order.
+
+    * ``grid``: every ladder kernel at its default tile for D in {32, 64, 128}, N in {512, 4096};
+    * ``l2_sweep``: the naive kernel at D=64 for N from 256 to 16384 (its K+V for all heads
+      grows from 2 MB to 134 MB, past the H200's 60 MB L2) — the seed's L2 question;
+    * ``sdpa``: torch SDPA fp32 once per D at N=4096.
+    The naive kernel's largest N goes last: it is the slowest launch under instrumentation.
+    ``quick`` keeps a subset for a fast check.
+    """
+    if profile not in ("full", "quick"):
+        raise ValueError(f"profile must be 'full' or 'quick', got {profile!r}")
+    quick = profile == "quick"
+    kernels = ("naive", "vec_padded") if quick else PLAN_KERNELS
+    ds = (64,) if quick else (32, 64, 128)
+    ns = (512, 4096)
+    sweep = (1024, 4096, 16384) if quick else (256, 512, 1024, 2048, 4096, 8192, 16384)
+    plan: dict[tuple, dict] = {}
+    for k in kernels:
+        for d in ds:
+            for n in ns:
+                plan[(k, n, d)] = {"kernel": k, "B": B, "H": H, "N": n, "D": d, "purpose": "grid"}
+    for n in sweep:
+        key = ("naive", n, 64)
+        if key in plan:
+            plan[key]["purpose"] = "grid+l2_sweep"
+        else:
+            plan[key] = {"kernel": "naive", "B": B, "H": H, "N": n, "D": 64, "purpose": "l2_sweep"}
+    for d in ds:
+        plan[(SDPA_LABEL, 4096, d)] = {"kernel": SDPA_LABEL, "B": B, "H": H, "N": 4096, "D": d, "purpose": "sdpa"}
+    entries = sorted(plan.values(), key=lambda e: (e["kernel"] == "naive" and e["N"] == max(sweep),))
+    return entries
+
+
+def assemble(tidy, manifest: Sequence[dict], marker_function: str = MARKER_FUNCTION):
+    """Join parsed ncu output with the worker's manifest (the entries it launched, in order).
+
+    Launch groups are split at the marker kernels; group i belongs to the i-th launched entry.
+    Raises ValueError when the counts disagree (then no row can be trusted to its label).
+    Returns the long table: LABEL_COLUMNS + ncu_kernels, n_kernels, metric, unit, value.
+    """
+    import pandas as pd
+
+    launched = [e for e in manifest if e.get("status") == "launched"]
+    groups = split_by_marker(tidy, marker_function)
+    # a trailing empty group appears when the last marker closes the run
+    while groups and not groups[-1] and len(groups) > len(launched):
+        groups.pop()
+    if len(groups) != len(launched):
+        raise ValueError(f"ncu captured {len(groups)} call(s) between markers but the worker launched "
+                         f"{len(launched)}: cannot tell which counters belong to which kernel")
+    frames = []
+    for entry, ids in zip(launched, groups):
+        if not ids:
+            raise ValueError(f"no kernel captured for {entry}")
+        agg = aggregate_launches(tidy[tidy["launch_id"].isin(ids)])
+        for c in LABEL_COLUMNS:
+            agg[c] = entry.get(c)
+        frames.append(agg.rename(columns={"kernel_names": "ncu_kernels"}))
+    out = pd.concat(frames, ignore_index=True)
+    return out[LABEL_COLUMNS + ["ncu_kernels", "n_kernels", "metric", "unit", "value"]]
+
+
+def counters_wide(long_table):
+    """One row per profiled call (LABEL_COLUMNS), one column per metric: the form
+    ``attnlab.roofline.measured_vs_modelled`` takes."""
+    idx = [c for c in LABEL_COLUMNS + ["ncu_kernels", "n_kernels"] if c in long_table.columns]
+    t = long_table.copy()
+    for c in idx:
+        t[c] = t[c].fillna(-1) if c in ("tile_rows", "tile_kv") else t[c]
+    w = t.groupby([*idx, "metric"], sort=False)["value"].first().unstack("metric")
+    w.columns.name = None
+    w = w.reset_index()
+    for c in ("tile_rows", "tile_kv"):
+        if c in w:
+            w[c] = w[c].where(w[c] >= 0)
+    return w

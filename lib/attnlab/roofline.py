@@ -1,0 +1,571 @@
+"""Roofline: ceilings, modelled arithmetic intensity of each attention kernel, placement of
+measurements under the roof, and the seed's "compute-bound" claim checked against data.
+
+Units are SI throughout: FLOP/s, bytes/s, bytes, seconds (tables add TFLOP/s, TB/s columns for
+reading). Attention forward FLOPs = 4·B·H·N²·D (two N×N×D matrix products, FlashAttention's
+convention; the softmax's exp/max/sum are not counted), halved when causal.
+
+Bytes models (fp32, 4 bytes per element, per (batch, head) then times B·H):
+
+* **ideal**   — Q, K, V read once, O written once: ``4·N·D`` elements (``4·B·H·N·D·4`` bytes).
+  Its intensity is ``N/4`` FLOP/byte, the seed's "AI_tiled". Used for torch SDPA, whose fused
+  kernels keep the N×N scores on chip (a lower bound on its bytes).
+* **naive**   — one query row per warp, K and V streamed from global memory for every row:
+  ``2·N·D`` (Q in, O out) + ``2·N·N·D`` (K and V, N times). Intensity → 1/2 FLOP/byte.
+* **tiled**   — K and V re-read once per block of ``tile_rows`` query rows:
+  ``2·N·D + ceil(N/tile_rows)·2·N·D``. Intensity → tile_rows/2 FLOP/byte.
+
+These are *logical* bytes (what the code asks of global memory). What reaches DRAM is less when
+L2 catches re-reads; Nsight Compute's ``dram__bytes.sum`` measures that (see ``attnlab.ncu``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from . import paths
+
+BYTES_FP32 = 4
+
+#: kernel names of the ladder that share the tiled data flow (02–05)
+TILED_KERNELS = ("tiled", "vec_load", "vec_padded", "double_buffer")
+#: default rows per block when a recorded table does not say (the seed's TILE_ROWS for every D)
+DEFAULT_TILE_ROWS = 8
+
+
+# ------------------------------------------------------------------------------- roofline maths
+
+def attainable(intensity, peak_flops: float, bandwidth: float):
+    """Attainable FLOP/s = min(peak, bandwidth × intensity). Vectorised over ``intensity``."""
+    if peak_flops <= 0 or bandwidth <= 0:
+        raise ValueError(f"ceilings must be positive, got peak={peak_flops}, bandwidth={bandwidth}")
+    i = np.asarray(intensity, dtype=float)
+    if np.any(i < 0):
+        raise ValueError("intensity must be >= 0")
+    out = np.minimum(peak_flops, bandwidth * i)
+    return float(out) if out.ndim == 0 else out
+
+
+def ridge_point(peak_flops: float, bandwidth: float) -> float:
+    """Intensity (FLOP/byte) where the bandwidth slope meets the compute roof."""
+    if peak_flops <= 0 or bandwidth <= 0:
+        raise ValueError(f"ceilings must be positive, got peak={peak_flops}, bandwidth={bandwidth}")
+    return peak_flops / bandwidth
+
+
+def attention_flops(B: int, H: int, N: int, D: int, causal: bool = False) -> float:
+    f = 4.0 * B * H * N * N * D
+    return f / 2 if causal else f
+
+
+def ideal_bytes(B: int, H: int, N: int, D: int, elem: int = BYTES_FP32) -> float:
+    return 4.0 * B * H * N * D * elem
+
+
+def naive_bytes(B: int, H: int, N: int, D: int, elem: int = BYTES_FP32) -> float:
+    return float(B * H) * (2.0 * N * D + 2.0 * N * N * D) * elem
+
+
+def tiled_bytes(B: int, H: int, N: int, D: int, tile_rows: int, elem: int = BYTES_FP32) -> float:
+    if tile_rows <= 0:
+        raise ValueError(f"tile_rows must be positive, got {tile_rows}")
+    blocks = math.ceil(N / tile_rows)
+    return float(B * H) * (2.0 * N * D + blocks * 2.0 * N * D) * elem
+
+
+def model_of(kernel: str) -> str | None:
+    """Which bytes model a kernel name follows: 'naive', 'tiled', 'ideal' or None (unknown)."""
+    k = kernel.lower()
+    if "sdpa" in k or "flash" in k or k == "ideal":
+        return "ideal"
+    if k.startswith("naive"):
+        return "naive"
+    if any(k.startswith(t) for t in TILED_KERNELS):
+        return "tiled"
+    return None
+
+
+def modelled_bytes(kernel: str, B: int, H: int, N: int, D: int, tile_rows: int | None = None) -> float:
+    model = model_of(kernel)
+    if model == "ideal":
+        return ideal_bytes(B, H, N, D)
+    if model == "naive":
+        return naive_bytes(B, H, N, D)
+    if model == "tiled":
+        return tiled_bytes(B, H, N, D, tile_rows or DEFAULT_TILE_ROWS)
+    raise ValueError(f"no bytes model for kernel {kernel!r} (known: naive, {', '.join(TILED_KERNELS)}, *sdpa*)")
+
+
+def intensity(kernel: str, B: int, H: int, N: int, D: int, tile_rows: int | None = None,
+              causal: bool = False) -> float:
+    """Modelled arithmetic intensity, FLOP per logical byte."""
+    return attention_flops(B, H, N, D, causal) / modelled_bytes(kernel, B, H, N, D, tile_rows)
+
+
+def intensity_table(Ns: Iterable[int], Ds: Iterable[int], B: int = 2, H: int = 8,
+                    tile_rows: int = DEFAULT_TILE_ROWS, ridge: float | None = None):
+    """Modelled intensity of the three models over a grid, for a notebook table."""
+    import pandas as pd
+    rows = []
+    for D in Ds:
+        for N in Ns:
+            f = attention_flops(B, H, N, D)
+            r = {"D": D, "N": N, "flops": f,
+                 "ideal": f / ideal_bytes(B, H, N, D), "naive": f / naive_bytes(B, H, N, D),
+                 f"tiled_{tile_rows}": f / tiled_bytes(B, H, N, D, tile_rows)}
+            if ridge is not None:
+                for m in ("ideal", "naive", f"tiled_{tile_rows}"):
+                    r[f"{m}_bound"] = "compute" if r[m] >= ridge else "memory"
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------ ceilings
+
+@dataclass(frozen=True)
+class Ceilings:
+    name: str
+    peak_flops: float     # FLOP/s
+    bandwidth: float      # bytes/s
+    source: str = ""
+
+    @property
+    def ridge(self) -> float:
+        return ridge_point(self.peak_flops, self.bandwidth)
+
+
+def gpu_specs():
+    import pandas as pd
+    return pd.read_csv(paths.REFERENCE_DIR / "gpu_specs.csv")
+
+
+def datasheet_ceilings(gpu: str) -> Ceilings:
+    """Datasheet FP32 peak and DRAM bandwidth of a GPU named in data/reference/gpu_specs.csv
+    (matched case-insensitively, 'h200' finds 'H200', 'gtx1660ti' finds 'GTX 1660 Ti')."""
+    specs = gpu_specs()
+    key = gpu.lower().replace(" ", "").replace("-", "").replace("_", "")
+    for r in specs.to_dict("records"):
+        if r["gpu"].lower().replace(" ", "").replace("-", "") == key:
+            return Ceilings(r["gpu"], float(r["fp32_tflops_datasheet"]) * 1e12,
+                            float(r["dram_gbps_datasheet"]) * 1e9, "datasheet")
+    raise KeyError(f"{gpu!r} not in {paths.REFERENCE_DIR / 'gpu_specs.csv'} (has: {', '.join(specs['gpu'])})")
+
+
+def fma_flops(grid: int, block: int, iters: int, chains: int, unroll: int) -> float:
+    """FLOPs of one launch of kernels/bench/01_fma_peak.cu: 2 per FMA."""
+    return 2.0 * grid * block * iters * chains * unroll
+
+
+def copy_bytes(n_float4: int) -> float:
+    """Bytes moved by one launch of kernels/bench/02_copy.cu: read + written."""
+    return 2.0 * 16 * n_float4
+
+
+def ceilings_table(measured: Ceilings, datasheet: Ceilings):
+    """Measured vs datasheet, with % of datasheet, for a notebook table."""
+    import pandas as pd
+    return pd.DataFrame([
+        {"ceiling": "FP32 FMA peak", "measured": measured.peak_flops / 1e12, "datasheet": datasheet.peak_flops / 1e12,
+         "unit": "TFLOP/s", "pct_of_datasheet": 100 * measured.peak_flops / datasheet.peak_flops},
+        {"ceiling": "DRAM bandwidth (copy)", "measured": measured.bandwidth / 1e12,
+         "datasheet": datasheet.bandwidth / 1e12, "unit": "TB/s",
+         "pct_of_datasheet": 100 * measured.bandwidth / datasheet.bandwidth},
+        {"ceiling": "ridge point", "measured": measured.ridge, "datasheet": datasheet.ridge,
+         "unit": "FLOP/byte", "pct_of_datasheet": 100 * measured.ridge / datasheet.ridge},
+    ])
+
+
+# ---------------------------------------------------------------------------- placing points
+
+MEASUREMENT_COLUMNS = ("kernel", "B", "H", "N", "D", "median_ms")
+
+
+def place(df, ceilings: Ceilings, *, causal: bool = False):
+    """Put a measurement table on the roofline.
+
+    ``df`` needs kernel, B, H, N, D, median_ms (``tile_rows`` optional; missing/NaN → 8 for tiled
+    kernels). Rows whose kernel has no bytes model are dropped. Adds: model, flops, bytes_model,
+    intensity, achieved_flops, attainable_flops, pct_of_attainable, pct_of_peak, bound
+    ('memory' / 'compute', by modelled intensity vs ridge), achieved_bw_model (logical bytes/s),
+    and TFLOP/s columns for reading.
+    """
+    missing = set(MEASUREMENT_COLUMNS) - set(df.columns)
+    if missing:
+        raise ValueError(f"place: table lacks column(s) {sorted(missing)}")
+    out = df.copy()
+    out["model"] = [model_of(str(k)) for k in out["kernel"]]
+    out = out[out["model"].notna()].copy()
+    if "tile_rows" not in out.columns:
+        out["tile_rows"] = np.nan
+    tr = out["tile_rows"].astype(float).where(lambda x: x > 0)   # recorded tables write 0 for "untiled"
+    out["tile_rows_assumed"] = (out["model"] == "tiled") & tr.isna()
+    out["tile_rows"] = np.where(out["tile_rows_assumed"], DEFAULT_TILE_ROWS, tr)
+    recs = out.to_dict("records")
+    out["flops"] = [attention_flops(r["B"], r["H"], r["N"], r["D"], causal) for r in recs]
+    out["bytes_model"] = [modelled_bytes(r["kernel"], int(r["B"]), int(r["H"]), int(r["N"]), int(r["D"]),
+                                         int(r["tile_rows"]) if r["tile_rows"] == r["tile_rows"] else None)
+                          for r in recs]
+    out["intensity"] = out["flops"] / out["bytes_model"]
+    secs = out["median_ms"].astype(float) / 1e3
+    out["achieved_flops"] = out["flops"] / secs
+    out["attainable_flops"] = attainable(out["intensity"].to_numpy(), ceilings.peak_flops, ceilings.bandwidth)
+    out["pct_of_attainable"] = 100 * out["achieved_flops"] / out["attainable_flops"]
+    out["pct_of_peak"] = 100 * out["achieved_flops"] / ceilings.peak_flops
+    out["bound"] = np.where(out["intensity"] >= ceilings.ridge, "compute", "memory")
+    out["achieved_bw_model"] = out["bytes_model"] / secs
+    out["achieved_tflops"] = out["achieved_flops"] / 1e12
+    out["attainable_tflops"] = out["attainable_flops"] / 1e12
+    return out
+
+
+def collect_measurements(gpu: str, results_dir=None, exclude_prefixes: Iterable[str] = ("06_",)):
+    """Every recorded attention measurement of a GPU: rows of ``data/results/<gpu>/*.csv`` with
+    columns kernel, B, H, N, D, median_ms whose kernel has a bytes model. Adds ``table`` (file
+    stem). Returns (DataFrame, list of skipped file names with the reason)."""
+    import pandas as pd
+    base = (results_dir or paths.RESULTS_DIR) / gpu
+    frames, skipped = [], []
+    for f in sorted(base.glob("*.csv")) if base.is_dir() else []:
+        if any(f.name.startswith(p) for p in exclude_prefixes):
+            continue
+        try:
+            t = pd.read_csv(f)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            skipped.append(f"{f.name}: unreadable ({exc})")
+            continue
+        missing = set(MEASUREMENT_COLUMNS) - set(t.columns)
+        if missing:
+            skipped.append(f"{f.name}: no {', '.join(sorted(missing))} column(s)")
+            continue
+        t = t[[model_of(str(k)) is not None for k in t["kernel"]]]
+        t = t.dropna(subset=["median_ms"])
+        if t.empty:
+            skipped.append(f"{f.name}: no attention kernel rows")
+            continue
+        frames.append(t.assign(table=f.stem))
+    if not frames:
+        return pd.DataFrame(columns=[*MEASUREMENT_COLUMNS, "table"]), skipped
+    return pd.concat(frames, ignore_index=True), skipped
+
+
+def seed_points():
+    """The seed's GTX 1660 Ti latencies (data/reference) placed on the 1660 Ti's datasheet roofline.
+    The seed's tuned TILE_ROWS is 8 for every D, so the tiled models use 8."""
+    import pandas as pd
+    lat = pd.read_csv(paths.REFERENCE_DIR / "gtx1660ti_latency.csv")
+    lat = lat.rename(columns={"latency_ms": "median_ms"})
+    lat["tile_rows"] = DEFAULT_TILE_ROWS
+    return place(lat, datasheet_ceilings("GTX 1660 Ti"))
+
+
+# ------------------------------------------------------------------------ measured vs modelled
+
+def measured_vs_modelled(ncu_df, kernels_meta=None):
+    """Join Nsight Compute counters (wide table from ``attnlab.ncu.wide``: one row per launch with
+    columns kernel, B, H, N, D, tile_rows and the metrics) with the models.
+
+    Adds flops_model, flops_counted (2·FFMA + FADD + FMUL, thread-level), bytes_model, dram_bytes,
+    l2_bytes, intensity_model, intensity_dram (= flops_model / dram bytes), dram_over_logical.
+    """
+    df = ncu_df.copy()
+    for c in ("kernel", "B", "H", "N", "D"):
+        if c not in df.columns:
+            raise ValueError(f"measured_vs_modelled: counters table lacks {c!r}")
+    if "tile_rows" not in df.columns:
+        df["tile_rows"] = np.nan
+    recs = df.to_dict("records")
+    df["model"] = [model_of(str(r["kernel"])) for r in recs]
+    df["flops_model"] = [attention_flops(r["B"], r["H"], r["N"], r["D"]) for r in recs]
+    df["bytes_model"] = [modelled_bytes(r["kernel"], int(r["B"]), int(r["H"]), int(r["N"]), int(r["D"]),
+                                        int(r["tile_rows"]) if r["tile_rows"] == r["tile_rows"] else None)
+                         if model_of(str(r["kernel"])) else np.nan for r in recs]
+    df["bytes_ideal"] = [ideal_bytes(r["B"], r["H"], r["N"], r["D"]) for r in recs]
+    ffma = df.get("sm__sass_thread_inst_executed_op_ffma_pred_on.sum")
+    if ffma is not None:
+        df["flops_counted"] = (2 * ffma + df.get("sm__sass_thread_inst_executed_op_fadd_pred_on.sum", 0)
+                               + df.get("sm__sass_thread_inst_executed_op_fmul_pred_on.sum", 0))
+    if "dram__bytes.sum" in df.columns:
+        df["dram_bytes"] = df["dram__bytes.sum"]
+        df["intensity_dram"] = df["flops_model"] / df["dram_bytes"]
+        df["dram_over_logical"] = df["dram_bytes"] / df["bytes_model"]
+        df["dram_over_ideal"] = df["dram_bytes"] / df["bytes_ideal"]
+    if "lts__t_bytes.sum" in df.columns:
+        df["l2_bytes"] = df["lts__t_bytes.sum"]
+        df["l2_over_logical"] = df["l2_bytes"] / df["bytes_model"]
+    df["intensity_model"] = df["flops_model"] / df["bytes_model"]
+    return df
+
+
+def l2_question(mvm, l2_bytes: float):
+    """The seed's L2 question: for the naive kernel, how does real DRAM traffic compare with its
+    logical traffic as N grows past the L2 size? ``mvm`` from :func:`measured_vs_modelled`.
+
+    Returns one row per (N, D) with the K+V working set (all heads, and per head), its ratio to
+    L2, logical bytes, DRAM bytes, L2 bytes, dram_over_logical and dram_over_ideal (1.0 = every
+    input byte fetched from DRAM once)."""
+    d = mvm[mvm["model"] == "naive"].copy()
+    if d.empty or "dram_bytes" not in d.columns:
+        raise ValueError("l2_question needs naive rows with dram__bytes.sum (record with scripts/ncu_profile.py)")
+    d["kv_bytes_all_heads"] = 2.0 * d["B"] * d["H"] * d["N"] * d["D"] * BYTES_FP32
+    d["kv_bytes_per_head"] = 2.0 * d["N"] * d["D"] * BYTES_FP32
+    d["kv_over_l2"] = d["kv_bytes_all_heads"] / l2_bytes
+    cols = ["N", "D", "kv_bytes_all_heads", "kv_bytes_per_head", "kv_over_l2", "bytes_model", "dram_bytes",
+            "dram_over_logical", "dram_over_ideal"] + (["l2_bytes", "l2_over_logical"] if "l2_bytes" in d else []) \
+        + (["lts__t_sector_hit_rate.pct"] if "lts__t_sector_hit_rate.pct" in d else [])
+    return d.sort_values(["D", "N"])[cols].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------ verdicts
+
+def classify(pct_peak: float, pct_bw: float, threshold: float = 50.0) -> str:
+    """Which ceiling a measured kernel is against: 'compute' or 'memory' when its utilisation of
+    that ceiling is the larger and at least ``threshold`` %, else 'neither (latency/issue)'."""
+    top = max(pct_peak, pct_bw)
+    if not np.isfinite(top) or top < threshold:
+        return "neither (latency/issue)"
+    return "compute" if pct_peak >= pct_bw else "memory"
+
+
+def compute_bound_verdict(placed, ceilings: Ceilings, counters=None, *, min_N: int = 512,
+                          threshold: float = 50.0):
+    """The seed's claim, "attention is compute-bound here, so saving bandwidth is the wrong
+    direction", checked on this GPU's data.
+
+    ``placed``: :func:`place` output (measured latencies). ``counters``: optional
+    :func:`measured_vs_modelled` output, whose DRAM bytes replace the logical bytes when present.
+    Only rows with N ≥ ``min_N`` of naive/tiled kernels are judged (the seed's claim is about
+    its own kernels, not SDPA).
+
+    For each judged row: modelled bound (intensity vs ridge), % of FP32 peak, % of DRAM bandwidth
+    (measured bytes where counters exist, else logical — an upper bound on DRAM use), and the
+    class from :func:`classify`. Returns (rows DataFrame, summary dict) where the summary says
+    whether each half of the claim holds:
+
+    * ``compute_bound``: most judged rows sit against the compute roof;
+    * ``bandwidth_not_binding``: in most judged rows DRAM utilisation is below ``threshold`` %
+      (so cutting bytes cannot be what speeds them up);
+    * ``claim_holds``: both.
+
+    When ``counters`` match some rows, only those rows are judged (all with DRAM bytes).
+    """
+    d = placed[placed["model"].isin(["naive", "tiled"]) & (placed["N"] >= min_N)].copy()
+    if d.empty:
+        raise ValueError(f"compute_bound_verdict: no naive/tiled rows with N >= {min_N}")
+    d["bytes_for_bw"] = d["bytes_model"]
+    d["bytes_source"] = "logical (model)"
+    if counters is not None and "dram_bytes" in counters.columns and len(counters):
+        key = ["kernel", "B", "H", "N", "D"]
+        c = counters.groupby(key, as_index=False)["dram_bytes"].median()
+        d = d.merge(c, on=key, how="left")
+        has = d["dram_bytes"].notna()
+        if has.any():
+            # judge only what was counted: mixing DRAM bytes for some rows with logical bytes (an
+            # upper bound, off by up to N×) for others would blur the verdict
+            d = d[has].copy()
+            d["bytes_for_bw"] = d["dram_bytes"]
+            d["bytes_source"] = "DRAM (ncu)"
+    secs = d["median_ms"] / 1e3
+    d["pct_of_bandwidth"] = 100 * d["bytes_for_bw"] / secs / ceilings.bandwidth
+    d["intensity_effective"] = d["flops"] / d["bytes_for_bw"]
+    d["bound_effective"] = np.where(d["intensity_effective"] >= ceilings.ridge, "compute", "memory")
+    d["class"] = [classify(p, b, threshold) for p, b in zip(d["pct_of_peak"], d["pct_of_bandwidth"])]
+    n = len(d)
+    share = lambda mask: float(mask.sum()) / n  # noqa: E731
+    summary = {
+        "rows": n,
+        "ridge": ceilings.ridge,
+        "share_model_memory_bound": share(d["bound"] == "memory"),
+        "share_effective_compute_bound": share(d["bound_effective"] == "compute"),
+        "share_class_compute": share(d["class"] == "compute"),
+        "share_class_memory": share(d["class"] == "memory"),
+        "share_class_neither": share(d["class"].str.startswith("neither")),
+        "median_pct_of_peak": float(d["pct_of_peak"].median()),
+        "median_pct_of_bandwidth": float(d["pct_of_bandwidth"].median()),
+        "bytes_source": "DRAM (ncu)" if (d["bytes_source"] == "DRAM (ncu)").any() else "logical (model)",
+    }
+    summary["compute_bound"] = summary["share_class_compute"] > 0.5
+    summary["bandwidth_not_binding"] = share(d["pct_of_bandwidth"] < threshold) > 0.5
+    summary["claim_holds"] = summary["compute_bound"] and summary["bandwidth_not_binding"]
+    summary["text"] = verdict_text(summary)
+    return d, summary
+
+
+def verdict_text(s: Mapping) -> str:
+    parts = [f"Judged {s['rows']} measurements (naive/tiled kernels); ridge {s['ridge']:.1f} FLOP/byte; "
+             f"bytes from {s['bytes_source']}."]
+    parts.append(f"By the logical-bytes model {100 * s['share_model_memory_bound']:.0f} % are memory-bound; "
+                 f"with the bytes from {s['bytes_source']} {100 * s['share_effective_compute_bound']:.0f} % sit "
+                 "right of the ridge.")
+    parts.append(f"Median utilisation: {s['median_pct_of_peak']:.1f} % of FP32 peak, "
+                 f"{s['median_pct_of_bandwidth']:.1f} % of DRAM bandwidth; "
+                 f"{100 * s['share_class_compute']:.0f} % against the compute roof, "
+                 f"{100 * s['share_class_memory']:.0f} % against the bandwidth roof, "
+                 f"{100 * s['share_class_neither']:.0f} % near neither.")
+    if s["claim_holds"]:
+        parts.append("Verdict: the claim HOLDS here — the kernels run against the compute roof and DRAM "
+                     "bandwidth is not what limits them.")
+    elif s["bandwidth_not_binding"]:
+        parts.append("Verdict: HALF TRUE — DRAM bandwidth is indeed not the limit (so saving bytes is the "
+                     "wrong lever), but the kernels are not compute-bound either: they reach neither "
+                     "roof, i.e. they are latency/instruction-issue bound.")
+    elif s["compute_bound"]:
+        parts.append("Verdict: the kernels are compute-bound, yet DRAM utilisation is high too; "
+                     "saving bandwidth could still help.")
+    else:
+        parts.append("Verdict: the claim does NOT hold — the kernels are against the bandwidth roof, "
+                     "so saving bandwidth is the right direction.")
+    return " ".join(parts)
+
+
+# ------------------------------------------------------------------------------------- plotting
+
+KERNEL_COLORS = {"naive": "tab:red", "tiled": "tab:blue", "vec_load": "tab:orange",
+                 "vec_padded": "tab:green", "double_buffer": "tab:purple", "sdpa": "black"}
+
+
+def _color(kernel: str) -> str:
+    k = kernel.lower()
+    if "sdpa" in k:
+        return KERNEL_COLORS["sdpa"]
+    return KERNEL_COLORS.get(k, "tab:gray")
+
+
+def plot_roofline(ax, ceilings: Ceilings, points=None, *, title: str | None = None,
+                  extra_ceilings: Iterable[Ceilings] = (), imin: float | None = None,
+                  imax: float | None = None, label_points: bool = False, size_by: str | None = "N"):
+    """Log-log roofline on ``ax``: the roof of ``ceilings`` (and dashed ``extra_ceilings``, e.g. the
+    datasheet), and the ``points`` from :func:`place` (x = intensity, y = achieved FLOP/s, in
+    TFLOP/s), one colour per kernel, marker size growing with N."""
+    ridge = ceilings.ridge
+    xs = [ridge]
+    if points is not None and len(points):
+        xs += list(points["intensity"])
+    lo = imin or max(min(xs) / 4, 1e-2)
+    hi = imax or max(xs) * 4
+    grid = np.logspace(np.log10(lo), np.log10(hi), 256)
+    ax.plot(grid, attainable(grid, ceilings.peak_flops, ceilings.bandwidth) / 1e12, "k-", lw=2,
+            label=f"{ceilings.name} roof ({ceilings.peak_flops / 1e12:.1f} TFLOP/s, "
+                  f"{ceilings.bandwidth / 1e12:.2f} TB/s)")
+    for c in extra_ceilings:
+        ax.plot(grid, attainable(grid, c.peak_flops, c.bandwidth) / 1e12, "k--", lw=1, alpha=0.6,
+                label=f"{c.name} ({c.source})")
+    ax.axvline(ridge, color="gray", ls=":", lw=1)
+    ax.annotate(f"ridge {ridge:.1f}", (ridge, ceilings.peak_flops / 1e12), textcoords="offset points",
+                xytext=(4, -12), fontsize=8, color="gray")
+    if points is not None and len(points):
+        for kernel, g in points.groupby("kernel", sort=False):
+            sizes = None
+            if size_by and size_by in g:
+                v = np.log2(g[size_by].astype(float).clip(lower=1))
+                sizes = 10 + 60 * (v - v.min() + 1) / (v.max() - v.min() + 1)
+            ax.scatter(g["intensity"], g["achieved_flops"] / 1e12, s=sizes, color=_color(str(kernel)),
+                       alpha=0.75, edgecolor="k", linewidth=0.3, label=str(kernel), zorder=3)
+            if label_points:
+                for r in g.itertuples():
+                    ax.annotate(f"N={r.N},D={r.D}", (r.intensity, r.achieved_flops / 1e12), fontsize=6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("TFLOP/s")
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=7, loc="lower right")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+# ------------------------------------------------------------------- live: measuring ceilings
+
+FMA_SOURCE = "bench/01_fma_peak.cu"
+COPY_SOURCE = "bench/02_copy.cu"
+COPY_THREADS = 256     # kernels/bench/02_copy.cu's __launch_bounds__
+FMA_THREADS = 256
+
+
+def device_facts() -> dict:
+    """SM count, L2 size, opt-in smem, memory and name of the current device (live only)."""
+    import cupy as cp
+    rt = cp.cuda.runtime
+    dev = cp.cuda.Device()
+    attr = lambda a: int(rt.deviceGetAttribute(a, dev.id))  # noqa: E731
+    props = rt.getDeviceProperties(dev.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return {"name": name, "sms": attr(rt.cudaDevAttrMultiProcessorCount), "l2_bytes": attr(rt.cudaDevAttrL2CacheSize),
+            "arch": f"sm_{dev.compute_capability}",
+            "smem_optin": attr(rt.cudaDevAttrMaxSharedMemoryPerBlockOptin),
+            "total_mem": int(props.get("totalGlobalMem", 0))}
+
+
+def _resident_grid(kernel, threads: int, sms: int) -> tuple[int, int]:
+    """One full wave: SMs × the driver's blocks/SM for this kernel."""
+    from .occupancy import driver_blocks
+    per_sm = max(1, driver_blocks(kernel, threads, 0))
+    return sms * per_sm, per_sm
+
+
+def measure_fma_peak(*, iters: int = 4096, budget_s: float = 0.5, defines=None) -> dict:
+    """Run kernels/bench/01_fma_peak.cu on one full wave of resident blocks; FP32 FLOP/s."""
+    import cupy as cp
+    from .compile import load_kernel
+    from .timing import time_gpu
+
+    facts = device_facts()
+    ker = load_kernel(FMA_SOURCE, "fma_peak", defines=defines)
+    cfg_k = load_kernel(FMA_SOURCE, "fma_peak_config", defines=defines)
+    cfg = cp.zeros(2, dtype=cp.int32)
+    cfg_k((1,), (1,), (cfg,))
+    chains, unroll = (int(x) for x in cfg.get())
+    grid, per_sm = _resident_grid(ker, FMA_THREADS, facts["sms"])
+    out = cp.empty(grid * FMA_THREADS, dtype=cp.float32)
+    args = (out, np.float32(0.999), np.float32(1e-3), np.int32(iters))
+    t = time_gpu(lambda: ker((grid,), (FMA_THREADS,), args), budget_s=budget_s, flush_l2=False)
+    if not bool(cp.isfinite(out).all()):
+        raise RuntimeError("fma_peak produced non-finite values: the chains diverged")
+    flops = fma_flops(grid, FMA_THREADS, iters, chains, unroll)
+    return {"ceiling": "fp32_fma", "flops": flops, "median_ms": t.median_ms, "q1_ms": t.q1_ms,
+            "q3_ms": t.q3_ms, "repeats": t.repeats, "value": flops / (t.median_ms * 1e-3),
+            "unit": "FLOP/s", "grid": grid, "block": FMA_THREADS, "blocks_per_sm": per_sm,
+            "iters": iters, "chains": chains, "unroll": unroll, "registers": int(ker.num_regs),
+            "sms": facts["sms"]}
+
+
+def measure_copy_bandwidth(*, nbytes: int | None = None, budget_s: float = 0.5, check: bool = True) -> dict:
+    """Run kernels/bench/02_copy.cu over buffers ≥ 8× L2 (default: max(8·L2, 1 GiB), capped at a
+    quarter of free memory); bytes/s counting read + written."""
+    import cupy as cp
+    from .compile import load_kernel
+    from .timing import time_gpu
+
+    facts = device_facts()
+    if nbytes is None:
+        free, _ = cp.cuda.runtime.memGetInfo()
+        nbytes = min(max(8 * facts["l2_bytes"], 1 << 30), free // 4)
+    n4 = int(nbytes) // 16
+    src = cp.arange(n4 * 4, dtype=cp.float32).reshape(n4, 4)
+    dst = cp.empty_like(src)
+    ker = load_kernel(COPY_SOURCE, "copy_f4")
+    grid, per_sm = _resident_grid(ker, COPY_THREADS, facts["sms"])
+    args = (src, dst, np.int64(n4))
+    t = time_gpu(lambda: ker((grid,), (COPY_THREADS,), args), budget_s=budget_s, flush_l2=False)
+    if check:
+        if not bool((dst == src).all()):
+            raise RuntimeError("copy_f4 did not copy its input exactly")
+    moved = copy_bytes(n4)
+    del src, dst
+    return {"ceiling": "dram_copy", "bytes": moved, "median_ms": t.median_ms, "q1_ms": t.q1_ms,
+            "q3_ms": t.q3_ms, "repeats": t.repeats, "value": moved / (t.median_ms * 1e-3),
+            "unit": "bytes/s", "grid": grid, "block": COPY_THREADS, "blocks_per_sm": per_sm,
+            "buffer_bytes": n4 * 16, "l2_bytes": facts["l2_bytes"], "registers": int(ker.num_regs),
+            "sms": facts["sms"]}
+
+
+def ceilings_from_table(table, name: str) -> Ceilings:
+    """Ceilings from a recorded ``06_roofline__ceilings`` table (rows ceiling=fp32_fma / dram_copy)."""
+    v = table.groupby("ceiling")["value"].median()
+    missing = {"fp32_fma", "dram_copy"} - set(v.index)
+    if missing:
+        raise ValueError(f"ceilings table lacks row(s) {sorted(missing)}")
+    return Ceilings(name, float(v["fp32_fma"]), float(v["dram_copy"]), "measured")

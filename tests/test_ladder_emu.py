@@ -1,0 +1,79 @@
+"""The ladder kernels (kernels/attention/0[1-5]_*.cu) executed on the CPU by a small CUDA execution
+model (tests/ladder_emu/): indexing, partial tiles, rows past N, barrier placement, and the claim
+that 02-05 do the naive kernel's arithmetic in the same order (bit-identical outputs to 01).
+
+Compiled with g++ (C++20, one OS thread per CUDA thread); skipped where g++ is absent. 05 runs its
+pre-sm_80 path here (no __CUDA_ARCH__): the same ping-pong schedule with plain copies.
+"""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab.paths import KERNELS_DIR, REPO_ROOT
+from attnlab.reference import attention_fp64, rel_error
+
+GXX = shutil.which("g++")
+pytestmark = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU execution model")
+
+EMU_DIR = REPO_ROOT / "tests" / "ladder_emu"
+KERNELS = ("naive", "tiled", "vec_load", "vec_padded", "double_buffer")
+# (D, TILE_ROWS, TILE_KV) -> shapes (B, H, N): the seed's tiles plus odd ones (one warp per block,
+# a K/V tile longer than N, 32 warps per block), N = 1, N not a multiple of either tile.
+CONFIGS = {
+    (32, 8, 32): [(1, 1, 37), (1, 1, 1)],       # 37 = 4 full row tiles + 5 rows, 1 K/V tile + 5 keys
+    (64, 8, 16): [(1, 2, 19)],
+    (128, 8, 8): [(1, 1, 13)],
+    (64, 2, 128): [(1, 1, 21)],
+    (32, 1, 8): [(2, 1, 12)],
+    (128, 32, 16): [(1, 1, 33)],                # 1024 threads; the second block has one active warp
+}
+# (the model runs one OS thread per CUDA thread and a barrier per shuffle: shapes stay small)
+CASES = [(cfg, shape) for cfg, shapes in CONFIGS.items() for shape in shapes]
+
+
+def _id(case):
+    (D, tr, tk), (B, H, N) = case
+    return f"B{B}-H{H}-N{N}-D{D}-TR{tr}-TK{tk}"
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ladder_emu")
+    built: dict[tuple, Path] = {}
+
+    def get(D: int, tr: int, tk: int) -> Path:
+        if (D, tr, tk) not in built:
+            exe = out / f"harness_{D}_{tr}_{tk}"
+            cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "ladder_emu.h"),
+                   f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_TR={tr}", f"-DEMU_TK={tk}",
+                   str(EMU_DIR / "harness.cpp"), "-o", str(exe)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
+            built[(D, tr, tk)] = exe
+        return built[(D, tr, tk)]
+
+    return get
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_ladder_kernels_on_cpu_model(case, build, tmp_path):
+    (D, tr, tk), (B, H, N) = case
+    rng = np.random.default_rng(N * D + tr)
+    q, k, v = (rng.standard_normal((B, H, N, D), dtype=np.float32) for _ in range(3))
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        a.tofile(tmp_path / name)
+    res = subprocess.run([str(build(D, tr, tk)), str(tmp_path), str(B), str(H), str(N)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    ref = attention_fp64(q, k, v)
+    outs = {name: np.fromfile(tmp_path / f"o_{name}", dtype=np.float32).reshape(B, H, N, D) for name in KERNELS}
+    for name, o in outs.items():
+        assert np.isfinite(o).all(), f"{name}: some outputs never written (NaN poison left) or NaN computed"
+        assert rel_error(o, ref) < 1e-5, f"{name}: relative error {rel_error(o, ref):.2e} vs float64"
+    for name in KERNELS[1:]:
+        diff = float(np.abs(outs[name] - outs["naive"]).max())
+        assert diff == 0.0, f"{name} differs from naive by up to {diff:.2e}: the arithmetic order changed"
