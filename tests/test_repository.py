@@ -75,3 +75,18 @@ def test_recorded_results_carry_provenance(path):
     assert not missing, f"{path} lacks provenance columns {missing}"
     assert (df["mode"] == "live").all() and df["gpu_name"].notna().all()
     assert (df["profile"] == "full").all(), "the canonical results folder holds full-profile runs only"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_papermill_sees_every_parameter(path):
+    # papermill parses the parameters cell line by line and silently drops lines it cannot read
+    # (e.g. a comment holding "name = value"); a dropped name cannot be overridden or checked.
+    import ast
+
+    import papermill
+
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assigned = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)}
+    assert set(papermill.inspect_notebook(str(path))) == assigned

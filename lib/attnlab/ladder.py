@@ -522,10 +522,11 @@ def verdict_float4_padding_negligible(table: pd.DataFrame, threshold: float = 0.
     return Verdict("float4 loads and padding add almost nothing", holds, ev, summary)
 
 
-def verdict_double_buffer_pays(table: pd.DataFrame, min_speedup: float = 1.0) -> Verdict:
+def verdict_double_buffer_pays(table: pd.DataFrame, min_speedup: float = 1.02) -> Verdict:
     """The seed's side experiment: ping-pong K/V buffers were 7–9 % *slower* on Turing (no
     cp.async). Holds when the cp.async version's median speedup over vec_padded exceeds
-    ``min_speedup``."""
+    ``min_speedup`` — 2 % by default, above the timing spread (relative IQR ≲ 1–2 %), so a
+    coin-flip difference does not count as paying."""
     ev = step_effect(table, "double_buffer", "vec_padded")
     med = float(ev["speedup"].median())
     holds = bool(med > min_speedup)

@@ -71,7 +71,8 @@ def show_diff(old_source: str, new_source: str, context: int = 3) -> str:
 
 def headline(**figures: Any) -> None:
     """Publish a notebook's headline figures; the report index shows them next to its status."""
-    clean = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in figures.items()}
+    # four significant figures: a relative error of 1.5e-06 must not print as 0
+    clean = {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in figures.items()}
     md = "\n".join(["| headline | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in clean.items()])
     _display({HEADLINE_MIME: clean, "text/markdown": md, "text/plain": json.dumps(clean)})
 

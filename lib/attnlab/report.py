@@ -125,12 +125,12 @@ def kernel_can_import_attnlab() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join([lib, *(p for p in parts if p != lib)])
 
 
-def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int) -> NotebookRun:
+def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mode: str = "") -> NotebookRun:
     import nbformat
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    run = NotebookRun(path.stem, parameters=params, mode=params.get("mode", ""))
+    run = NotebookRun(path.stem, parameters=params, mode=mode or params.get("mode", ""))
     output = out_dir / path.name
     start = time.perf_counter()
     try:
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for i, (path, params) in enumerate(plans, 1):
         print(f"[{i}/{len(plans)}] {path.stem} ...", end=" ", flush=True)
-        run = run_one(path, out_dir, params, args.timeout)
+        run = run_one(path, out_dir, params, args.timeout, mode.name)
         runs.append(run)
         print(f"{run.status} ({run.duration_s:.1f} s){' — ' + run.error if run.error else ''}", flush=True)
         write_index(out_dir, runs, args.profile, str(mode))
