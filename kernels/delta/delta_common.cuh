@@ -1,0 +1,54 @@
+// Helpers shared by the delta-attention kernels (kernels/delta/*.cu).
+//
+// Layouts (all float32, C-contiguous), as in flash-linear-attention:
+//   q, k, g : [B, T, H, K]      v, o : [B, T, H, V]      beta : [B, T, H]
+//   state   : [B, H, K, V]
+// Chunked-form workspaces are per (b, h) contiguous in time, padded to Tp = NT * C rows:
+//   Qg, Kd, Kbg/W : [B, H, Tp, K]   U : [B, H, Tp, V]   Akk, Aqk : [B, H, NT, C, C]   gL : [B, H, NT, K]
+//
+// Like common.cuh this compiles under NVRTC and nvcc alike: no system headers.
+#pragma once
+
+#include "common.cuh"
+
+// log2(e): gates are turned into base-2 exponents once, so every decay is one exp2f (MUFU.EX2).
+#define KDA_LOG2E 1.4426950408889634f
+
+// Element (b, t, h, c) of a [B, T, H, D] tensor. 64-bit: B*T*H*D passes 2^31 at T = 64k, H = 32.
+static __device__ __forceinline__ long long kda_bthd(int b, long long t, int h, int c, long long T,
+                                                     int H, int D) {
+    return (((long long)b * T + t) * H + h) * (long long)D + c;
+}
+
+// Sum over the G lanes of an aligned group (G a power of two <= 32) with xor-shuffles; every lane
+// of the group ends with the same, identically-ordered sum.
+template <int G>
+static __device__ __forceinline__ float kda_group_allreduce_sum(float x) {
+    static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "group size must be a power of two");
+#pragma unroll
+    for (int offset = G / 2; offset > 0; offset >>= 1) {
+        x += __shfl_xor_sync(ATTNLAB_FULL_MASK, x, offset);
+    }
+    return x;
+}
+
+// Dynamic shared memory actually granted to this launch (PTX special register), so a kernel can
+// refuse to run when the launcher's byte count disagrees with the kernel's layout.
+// (tests/delta_emu/ runs these kernels on the CPU for logic checks; it defines KDA_HOST_EMULATION
+// and supplies its own versions of the two hooks below.)
+#ifndef KDA_HOST_EMULATION
+static __device__ __forceinline__ unsigned kda_dynamic_smem_size() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+// The block's dynamic shared memory as a float array, 16-byte aligned for float4 access.
+#define KDA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) float name[]
+#endif
+
+static __device__ __forceinline__ float4 kda_ld4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
+static __device__ __forceinline__ void kda_st4(float* p, float4 x) {
+    *reinterpret_cast<float4*>(p) = x;
+}

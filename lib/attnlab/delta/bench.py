@@ -1,0 +1,327 @@
+"""Live measurements for notebook 07: correctness grid, latency vs T, chunk-size sweep, peak
+memory, flash-linear-attention head-to-head, roofline points and the issue's targets.
+
+Everything returns tidy DataFrames (one row per measurement) that the notebook records with
+``attnlab.results.save_table`` and replays with ``load_table``. The functions that touch the GPU
+import CuPy lazily; :func:`targets` and :func:`roofline_points` are pure and run in replay too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from . import kernels as dk
+from .model import chunk_cost, io_bytes, recurrent_cost, workspace_bytes
+from .naive import kda_recurrent_fp64, random_inputs
+
+#: Acceptance thresholds (issue 5): small shapes vs float64, and the target shape.
+REL_ERR_SMALL = 1e-5
+REL_ERR_TARGET = 1e-4
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def rel_err(out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64 (on the GPU when either side is a CuPy array); inf on NaN."""
+    mod = type(out).__module__ + type(ref).__module__
+    if "cupy" in mod:
+        import cupy as xp
+    else:
+        xp = np
+    o = xp.asarray(out, dtype=xp.float64)
+    r = xp.asarray(ref, dtype=xp.float64)
+    if o.shape != r.shape:
+        raise ValueError(f"shapes differ: {o.shape} vs {r.shape}")
+    if not bool(xp.isfinite(o).all()):
+        return float("inf")
+    nr = float(xp.linalg.norm(r))
+    d = float(xp.linalg.norm(o - r))
+    return d / nr if nr > 0 else d
+
+
+def fla_functions():
+    """(chunk_kda, fused_recurrent_kda, version) from flash-linear-attention, or (None, None, why)."""
+    try:
+        from fla.ops.kda import chunk_kda, fused_recurrent_kda
+
+        try:
+            from importlib.metadata import version
+
+            ver = version("fla-core")
+        except Exception:  # noqa: BLE001
+            import fla
+
+            ver = getattr(fla, "__version__", "unknown")
+        return chunk_kda, fused_recurrent_kda, str(ver)
+    except Exception as exc:  # noqa: BLE001
+        return None, None, f"not installed ({type(exc).__name__}: {exc})"
+
+
+def device_inputs(B, T, H, K, V, *, seed, gate="logsigmoid", init=False):
+    """Host float32 inputs and their CuPy copies (same numbers)."""
+    import cupy as cp
+
+    x = random_inputs(B, T, H, K, V, seed=seed, gate=gate, initial_state=init)
+    return x, {n: cp.asarray(a) for n, a in x.items()}
+
+
+# ----------------------------------------------------------------------------- correctness
+
+def correctness_cases(K_list=(64, 128), T_list=(1, 17, 64, 100, 300), B: int = 2, H: int = 2,
+                      chunk_sizes=(16, 32, 64, 128)) -> list[dict]:
+    """The grid of small shapes: every T with and without an initial state; g = -50, mixed and
+    strong gates on two T; every chunk size at the largest K (the sizes the sweep compiles anyway,
+    so the check costs no extra compilation)."""
+    cases = []
+    for K in K_list:
+        for T in T_list:
+            for init in (False, True):
+                cases.append(dict(B=B, T=T, H=H, K=K, V=K, gate="logsigmoid", init=init, chunk_size=64))
+        for gate in ("const", "mixed", "strong"):
+            for T in (17, 300):
+                cases.append(dict(B=B, T=T, H=H, K=K, V=K, gate=gate, init=True, chunk_size=64))
+    for C in chunk_sizes:
+        cases.append(dict(B=1, T=333, H=H, K=max(K_list), V=max(K_list), gate="logsigmoid", init=True,
+                          chunk_size=C))
+    return cases
+
+
+def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
+    """Both kernels on each case: outputs poisoned with NaN, relative errors of o and the final
+    state vs the float64 recurrent reference (NumPy)."""
+    rows = []
+    for i, c in enumerate(cases):
+        x, d = device_inputs(c["B"], c["T"], c["H"], c["K"], c["V"], seed=seed + i, gate=c["gate"], init=c["init"])
+        ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+        plans = [("recurrent", dk.prepare_recurrent(**d, output_final_state=True), None)]
+        for bv in dk.SUPPORTED_BV:
+            plans.append(("chunked", dk.prepare_chunk(**d, output_final_state=True, chunk_size=c["chunk_size"], bv=bv),
+                          bv))
+        for form, plan, bv in plans:
+            plan.poison()
+            o, s = plan.run()
+            written = bool(np.isfinite(o.get()).all() and np.isfinite(s.get()).all())
+            eo, es = rel_err(o.get(), ref_o), rel_err(s.get(), ref_s)
+            rows.append(dict(form=form, B=c["B"], T=c["T"], H=c["H"], K=c["K"], V=c["V"],
+                             chunk_size=c["chunk_size"] if form == "chunked" else np.nan,
+                             bv=bv if bv else np.nan, gate={"const": "const-50"}.get(c["gate"], c["gate"]),
+                             initial_state=c["init"], all_written=written, rel_err_o=eo, rel_err_state=es,
+                             passed=written and eo < REL_ERR_SMALL and es < REL_ERR_SMALL))
+    return pd.DataFrame(rows)
+
+
+def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, chunk_size: int = 64,
+                    with_fla: bool = True) -> pd.DataFrame:
+    """Relative RMS error of o vs a float64 reference computed on the GPU, at the target shape."""
+    import cupy as cp
+
+    _, d = device_inputs(B, T, H, K, V, seed=seed)
+    ref, _ = kda_recurrent_fp64(**d)
+    rows = []
+    o, _ = dk.prepare_recurrent(**d).run()
+    rows.append(dict(implementation="recurrent (01)", dtype="fp32", T=T, rel_err_o=rel_err(o, ref)))
+    plan = dk.prepare_chunk(**d, chunk_size=chunk_size)
+    o, _ = plan.run()
+    rows.append(dict(implementation=f"chunked (02-04) C={chunk_size} BV={plan.bv}", dtype="fp32", T=T,
+                     rel_err_o=rel_err(o, ref)))
+    chunk_kda, fused_recurrent_kda, _ = fla_functions()
+    if with_fla and chunk_kda is not None:
+        import torch
+
+        for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+            t = {n: torch.from_dlpack(a).to(tdt).contiguous() for n, a in d.items()}
+            for name, fn in (("fla chunk_kda", chunk_kda), ("fla fused_recurrent_kda", fused_recurrent_kda)):
+                try:
+                    with torch.no_grad():
+                        of, _ = fn(t["q"], t["k"], t["v"], t["g"], t["beta"])
+                    e = rel_err(cp.from_dlpack(of.float().contiguous()), ref)
+                except Exception as exc:  # noqa: BLE001
+                    e = float("nan")
+                    print(f"{name} {dtype} failed: {type(exc).__name__}: {exc}")
+                rows.append(dict(implementation=name, dtype=dtype, T=T, rel_err_o=e))
+    df = pd.DataFrame(rows)
+    df["B"], df["H"], df["K"], df["V"] = B, H, K, V
+    return df
+
+
+# ----------------------------------------------------------------------------- timing
+
+def _timed(fn, budget_s: float, **row):
+    from ..timing import time_gpu
+
+    t = time_gpu(fn, budget_s=budget_s, warmup=2, min_repeats=5, max_repeats=100)
+    return {**row, **t.row()}
+
+
+def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_size: int = 64,
+                 budget_s: float = 0.2, seed: int = 0, with_fla: bool = True) -> pd.DataFrame:
+    """Median latency of the recurrent and chunked kernels (and fla, both dtypes) for each T."""
+    rows = []
+    chunk_kda, fused_recurrent_kda, _ = fla_functions()
+    for T in T_list:
+        _, d = device_inputs(B, T, H, K, V, seed=seed + T)
+        rec = dk.prepare_recurrent(**d, check_gate=False)
+        rows.append(_timed(rec.run, budget_s, implementation="recurrent", dtype="fp32", T=T,
+                           config=f"RG={rec.rg}"))
+        ch = dk.prepare_chunk(**d, chunk_size=chunk_size, check_gate=False)
+        rows.append(_timed(ch.run, budget_s, implementation="chunked", dtype="fp32", T=T,
+                           config=f"C={chunk_size} BV={ch.bv}"))
+        del rec, ch
+        if with_fla and chunk_kda is not None:
+            import torch
+
+            for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+                t = {n: torch.from_dlpack(a).to(tdt).contiguous() for n, a in d.items()}
+                args = (t["q"], t["k"], t["v"], t["g"], t["beta"])
+                for name, fn in (("fla chunk_kda", chunk_kda), ("fla fused_recurrent_kda", fused_recurrent_kda)):
+                    def call(fn=fn, args=args):
+                        with torch.no_grad():
+                            return fn(*args)
+                    try:
+                        rows.append(_timed(call, budget_s, implementation=name, dtype=dtype, T=T, config="default"))
+                    except Exception as exc:  # noqa: BLE001
+                        print(f"{name} {dtype} T={T} not timed: {type(exc).__name__}: {exc}")
+                del t, args
+    df = pd.DataFrame(rows)
+    df["B"], df["H"], df["K"], df["V"] = B, H, K, V
+    df["tokens_per_s"] = df["B"] * df["T"] / (df["median_ms"] * 1e-3)
+    return df
+
+
+def chunk_sweep(B: int, H: int, K: int, V: int, T: int, chunk_sizes=(16, 32, 64, 128), bvs=(16, 32),
+                budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
+    """The chunked form for each chunk size and value block: the three kernels together and each alone."""
+    _, d = device_inputs(B, T, H, K, V, seed=seed)
+    rows = []
+    for C in chunk_sizes:
+        for bv in bvs:
+            plan = dk.prepare_chunk(**d, chunk_size=C, bv=bv, check_gate=False)
+            plan.run()
+            rows.append(_timed(plan.run, budget_s, chunk_size=C, bv=bv, stage="all"))
+            for st, name in ((1, "intra"), (2, "solve"), (3, "state")):
+                rows.append(_timed(lambda p=plan, st=st: p.run(stages=(st,)), budget_s / 2,
+                                   chunk_size=C, bv=bv, stage=name))
+            del plan
+    df = pd.DataFrame(rows)
+    df["B"], df["T"], df["H"], df["K"], df["V"] = B, T, H, K, V
+    return df
+
+
+def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_size: int = 64, seed: int = 0,
+                with_fla: bool = True) -> pd.DataFrame:
+    """Device memory a call needs beyond its inputs: measured (CuPy pool / torch allocator) and modelled."""
+    import cupy as cp
+
+    pool = cp.get_default_memory_pool()
+    rows = []
+    chunk_kda, fused_recurrent_kda, _ = fla_functions()
+    for T in T_list:
+        _, d = device_inputs(B, T, H, K, V, seed=seed)
+        out_bytes = 4 * B * T * H * V
+        for form in ("recurrent", "chunked"):
+            pool.free_all_blocks()
+            before = pool.used_bytes()
+            plan = (dk.prepare_recurrent(**d, check_gate=False) if form == "recurrent"
+                    else dk.prepare_chunk(**d, chunk_size=chunk_size, check_gate=False))
+            plan.run()
+            cp.cuda.get_current_stream().synchronize()
+            measured = pool.used_bytes() - before
+            model = out_bytes + (workspace_bytes(B, T, H, K, V, chunk_size) if form == "chunked" else 0)
+            rows.append(dict(implementation=form, dtype="fp32", T=T, extra_bytes=int(measured),
+                             model_bytes=int(model)))
+            del plan
+        if with_fla and chunk_kda is not None:
+            import torch
+
+            for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+                t = {n: torch.from_dlpack(a).to(tdt).contiguous() for n, a in d.items()}
+                for name, fn in (("fla chunk_kda", chunk_kda), ("fla fused_recurrent_kda", fused_recurrent_kda)):
+                    try:
+                        torch.cuda.synchronize()
+                        torch.cuda.reset_peak_memory_stats()
+                        before = torch.cuda.memory_allocated()
+                        with torch.no_grad():
+                            fn(t["q"], t["k"], t["v"], t["g"], t["beta"])   # the peak is recorded inside
+                        torch.cuda.synchronize()
+                        measured = torch.cuda.max_memory_allocated() - before
+                        rows.append(dict(implementation=name, dtype=dtype, T=T, extra_bytes=int(measured),
+                                         model_bytes=np.nan))
+                    except Exception as exc:  # noqa: BLE001
+                        print(f"{name} {dtype} T={T}: memory not measured ({type(exc).__name__}: {exc})")
+                del t
+        pool.free_all_blocks()
+    df = pd.DataFrame(rows)
+    df["B"], df["H"], df["K"], df["V"] = B, H, K, V
+    df["input_bytes"] = io_bytes(B, df["T"], H, K, V) - 4 * B * df["T"] * H * V
+    return df
+
+
+# ----------------------------------------------------------------------------- pure: replay too
+
+def roofline_points(latency: pd.DataFrame, chunk_size: int = 64) -> pd.DataFrame:
+    """Achieved FLOP/s and intensity of the project's kernels from the cost model and measured times."""
+    rows = []
+    for r in latency.itertuples():
+        if r.implementation not in ("recurrent", "chunked"):
+            continue
+        cost = recurrent_cost(r.K, r.V) if r.implementation == "recurrent" else chunk_cost(r.K, r.V, chunk_size)
+        tokens = r.B * r.T * r.H
+        secs = r.median_ms * 1e-3
+        rows.append(dict(kernel=r.implementation, T=r.T, N=r.T, intensity=cost.intensity,
+                         achieved_flops=cost.flops * tokens / secs,
+                         achieved_bytes_per_s=cost.bytes * tokens / secs,
+                         achieved_exps_per_s=cost.exps * tokens / secs))
+    return pd.DataFrame(rows)
+
+
+def targets(latency: pd.DataFrame, sweep: pd.DataFrame | None, accuracy: pd.DataFrame, T: int) -> pd.DataFrame:
+    """The issue's three targets at sequence length T, each with its measured value and verdict.
+
+    Speed uses the best chunked configuration measured at T (default chunk size in ``latency``
+    or any row of ``sweep``); fla's throughput ratio is reported for each dtype fla was timed in.
+    """
+    rows = []
+    lat = latency[latency["T"] == T]
+    rec = lat[lat["implementation"] == "recurrent"]["median_ms"]
+    chunk_candidates = list(lat[lat["implementation"] == "chunked"]["median_ms"])
+    best_cfg = lat[lat["implementation"] == "chunked"]["config"].tolist()
+    if sweep is not None and len(sweep):
+        s = sweep[(sweep["T"] == T) & (sweep["stage"] == "all")]
+        chunk_candidates += list(s["median_ms"])
+        best_cfg += [f"C={int(a)} BV={int(b)}" for a, b in zip(s["chunk_size"], s["bv"])]
+    best = int(np.argmin(chunk_candidates)) if chunk_candidates else None
+    c_ms = chunk_candidates[best] if best is not None else np.nan
+    c_cfg = best_cfg[best] if best is not None else "not measured"
+    if len(rec) and best is not None:
+        ratio = float(rec.iloc[0]) / c_ms
+        rows.append(dict(target="chunked ≥ 10× faster than the project's recurrent kernel", T=T,
+                         value=ratio, threshold=10.0, met=bool(ratio >= 10.0),
+                         detail=f"recurrent {float(rec.iloc[0]):.3f} ms, chunked {c_ms:.3f} ms ({c_cfg})"))
+    fla = lat[lat["implementation"] == "fla chunk_kda"]
+    if len(fla) == 0:
+        rows.append(dict(target="chunked ≥ 0.5× the throughput of fla chunk_kda", T=T, value=np.nan, threshold=0.5,
+                         met=None, detail="fla not installed in the measured run: not compared"))
+    for f in fla.itertuples():
+        ratio = f.median_ms / c_ms
+        rows.append(dict(target=f"chunked (fp32) ≥ 0.5× the throughput of fla chunk_kda ({f.dtype})", T=T,
+                         value=ratio, threshold=0.5, met=bool(ratio >= 0.5),
+                         detail=f"fla {f.median_ms:.3f} ms ({f.dtype}), ours {c_ms:.3f} ms ({c_cfg}, fp32)"))
+    acc = accuracy[accuracy["dtype"] == "fp32"]
+    ours = acc[~acc["implementation"].str.startswith("fla")]
+    worst = float(ours["rel_err_o"].max()) if len(ours) else np.nan
+    rows.append(dict(target="relative RMS error vs float64 < 1e-4 (fp32 inputs)",
+                     T=int(ours["T"].iloc[0]) if len(ours) else T, value=worst, threshold=REL_ERR_TARGET,
+                     met=bool(worst < REL_ERR_TARGET) if len(ours) else None,
+                     detail="; ".join(f"{r.implementation}: {r.rel_err_o:.2e}" for r in ours.itertuples())))
+    return pd.DataFrame(rows)
+
+
+def wall_clock(fn):
+    """(result, seconds) of fn() — for the notebook's budget line."""
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0

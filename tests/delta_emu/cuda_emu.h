@@ -1,0 +1,96 @@
+// A minimal CUDA execution model on the CPU, for logic checks of kernels/delta/*.cu without a GPU.
+//
+// Every thread of a block is an OS thread; __syncthreads() is a std::barrier over the block and
+// __shfl_xor_sync a two-phase exchange over a per-warp barrier. Blocks run one after another,
+// so `__shared__` arrays can be plain statics. Floating point is the host's (exp2f is exact-ish,
+// not MUFU.EX2; no -ftz), so results match the GPU to rounding, not bit for bit.
+// What it checks: indexing, padding, tiling, the order of stages and barriers (a missing
+// barrier shows as a wrong or flaky result here too, though less reliably than on a GPU).
+#pragma once
+#define KDA_HOST_EMULATION 1
+
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __trap() (std::fprintf(stderr, "__trap() at %s:%d\n", __FILE__, __LINE__), std::abort())
+
+inline thread_local dim3 threadIdx, blockIdx;
+inline dim3 gridDim, blockDim;
+
+struct EmuWarp {
+    std::barrier<> bar{32};
+    float buf[32];
+};
+struct EmuBlock {
+    std::unique_ptr<std::barrier<>> bar;
+    std::vector<std::unique_ptr<EmuWarp>> warps;
+    std::vector<float> dyn_smem;
+};
+inline EmuBlock* g_block = nullptr;
+
+inline void __syncthreads() { g_block->bar->arrive_and_wait(); }
+
+inline float __shfl_xor_sync(unsigned, float x, int offset) {
+    const unsigned lane = threadIdx.x % 32;
+    EmuWarp& w = *g_block->warps[threadIdx.x / 32];
+    w.buf[lane] = x;
+    w.bar.arrive_and_wait();
+    const float r = w.buf[lane ^ offset];
+    w.bar.arrive_and_wait();
+    return r;
+}
+inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+
+inline unsigned kda_dynamic_smem_size() { return (unsigned)(g_block->dyn_smem.size() * sizeof(float)); }
+#define KDA_DYNAMIC_SHARED(name) float* name = g_block->dyn_smem.data()
+
+// Launch: run grid.x * grid.y * grid.z blocks in turn, each with block.x threads.
+inline void emu_launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<void()>& kernel) {
+    gridDim = grid;
+    blockDim = block;
+    const unsigned nth = block.x * block.y * block.z;
+    if (nth % 32 != 0) { std::fprintf(stderr, "block of %u threads is not whole warps\n", nth); std::abort(); }
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+        for (unsigned by = 0; by < grid.y; ++by)
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+                EmuBlock blk;
+                blk.bar = std::make_unique<std::barrier<>>(nth);
+                for (unsigned w = 0; w < nth / 32; ++w) blk.warps.push_back(std::make_unique<EmuWarp>());
+                // Poison dynamic shared memory: reading before writing shows up as NaN.
+                blk.dyn_smem.assign(dyn_smem_bytes / sizeof(float), std::nanf(""));
+                g_block = &blk;
+                std::vector<std::thread> threads;
+                threads.reserve(nth);
+                for (unsigned t = 0; t < nth; ++t) {
+                    threads.emplace_back([=, &kernel] {
+                        threadIdx = dim3(t, 0, 0);
+                        blockIdx = dim3(bx, by, bz);
+                        kernel();
+                    });
+                }
+                for (auto& th : threads) th.join();
+                g_block = nullptr;
+            }
+}

@@ -1,0 +1,240 @@
+"""Run the KDA launchers (lib/attnlab/delta/kernels.py) end to end on the CPU.
+
+A stand-in ``cupy`` module (NumPy arrays that look like CuPy's) plus a stand-in RawKernel that
+compiles the requested instantiation of a kernels/delta/*.cu file with g++ against cuda_emu.h
+into a shared library and launches it through ctypes. The arguments are marshalled from the
+kernel's own parameter list (parsed from the source), so a launcher passing arguments in the
+wrong order, of the wrong kind (a Python int where the kernel takes ``int``), or a grid, block
+or dynamic shared-memory size the kernel does not expect, fails here, on a machine with no GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+EMU = Path(__file__).resolve().parent
+
+
+# ----------------------------------------------------------------------------- fake cupy
+
+class _Device:
+    def __init__(self, i: int = 0):
+        self.id = i
+        self.compute_capability = "90"
+
+
+class ndarray(np.ndarray):
+    """A NumPy array that passes for a CuPy one (module name, .device, .get())."""
+
+    @property
+    def device(self):
+        return _Device(0)
+
+    def get(self):
+        return np.array(self)
+
+
+ndarray.__module__ = "cupy"
+
+
+def _wrap(a) -> ndarray:
+    return np.asarray(a).view(ndarray)
+
+
+class _Pool:
+    """Counts the bytes of live arrays made by the fake cupy.empty (like CuPy's pool.used_bytes)."""
+
+    def __init__(self):
+        self.used = 0
+
+    def alloc(self, shape, dtype):
+        import weakref
+
+        a = _wrap(np.empty(shape, dtype))
+        n = a.nbytes
+        self.used += n
+        weakref.finalize(a, self._free, n)
+        return a
+
+    def _free(self, n):
+        self.used -= n
+
+    def used_bytes(self):
+        return self.used
+
+    def total_bytes(self):
+        return self.used
+
+    def free_all_blocks(self):
+        pass
+
+
+_POOL = _Pool()
+
+
+def make_fake_cupy() -> types.ModuleType:
+    cp = types.ModuleType("cupy")
+    cp.ndarray = ndarray
+    cp.float32, cp.float64, cp.uint8 = np.float32, np.float64, np.uint8
+    cp.empty = lambda shape, dtype=np.float32: _POOL.alloc(shape, dtype)
+    cp.zeros = lambda shape, dtype=np.float32: _wrap(np.zeros(shape, dtype))
+    cp.asarray = lambda a, dtype=None: _wrap(np.asarray(a, dtype=dtype))
+    cp.ascontiguousarray = lambda a, dtype=None: _wrap(np.ascontiguousarray(a, dtype=dtype))
+    cp.from_dlpack = lambda a: _wrap(np.from_dlpack(a))
+    cp.abs = lambda a: _wrap(np.abs(a))
+    cp.asfortranarray = lambda a: _wrap(np.asfortranarray(a))
+    cp.isfinite = lambda a: _wrap(np.isfinite(a))
+    cp.linalg = types.SimpleNamespace(norm=lambda a: np.linalg.norm(np.asarray(a)))
+
+    def _fallback(name):   # anything else: the NumPy function, results viewed as fake arrays
+        fn = getattr(np, name)
+        if not callable(fn):
+            return fn
+        return lambda *a, **k: (lambda r: _wrap(r) if isinstance(r, np.ndarray) else r)(fn(*a, **k))
+
+    cp.__getattr__ = _fallback
+    cp.get_default_memory_pool = lambda: _POOL
+    cuda = types.SimpleNamespace(
+        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None),
+        Device=_Device,
+        runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"multiProcessorCount": 132,
+                                                                    "name": b"CPU emulation"}),
+        is_available=lambda: False,
+    )
+    cp.cuda = cuda
+    return cp
+
+
+# ----------------------------------------------------------------------------- fake RawKernel
+
+def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
+    """[(kind, name)] of a __global__ function's parameters; kind is 'ptr', 'int' or 'float'."""
+    text = (ROOT / "kernels" / source).read_text()
+    text = re.sub(r"//[^\n]*", "", text)
+    m = re.search(r"__global__[^;{]*?\b" + re.escape(function) + r"\s*\(", text)
+    if not m:
+        raise ValueError(f"no __global__ {function} in {source}")
+    depth, i = 1, m.end()
+    while depth:
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        i += 1
+    params = []
+    for p in text[m.end():i - 1].split(","):
+        p = " ".join(p.split())
+        name = re.findall(r"(\w+)\s*$", p)[0]
+        kind = "ptr" if "*" in p else ("int" if re.match(r"(const )?int\b", p) else
+                                        "float" if re.match(r"(const )?float\b", p) else "?")
+        if kind == "?":
+            raise ValueError(f"unsupported parameter {p!r} of {function}")
+        params.append((kind, name))
+    return params
+
+
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+def _library(source: str, function: str, template_args: tuple, build_dir: Path) -> ctypes.CDLL:
+    params = kernel_params(source, function)
+    targs = ", ".join(str(int(a)) for a in template_args)
+    call_args, np_, ni, nf = [], 0, 0, 0
+    for kind, _ in params:
+        if kind == "ptr":
+            call_args.append(f"(float*)ptrs[{np_}]")
+            np_ += 1
+        elif kind == "int":
+            call_args.append(f"ints[{ni}]")
+            ni += 1
+        else:
+            call_args.append(f"floats[{nf}]")
+            nf += 1
+    code = (f'#include "{source}"\n'
+            'extern "C" void emu_run(const unsigned long long* ptrs, const int* ints, const float* floats,\n'
+            '                        unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,\n'
+            '                        unsigned bz, unsigned long long smem) {\n'
+            '    emu_launch(dim3(gx, gy, gz), dim3(bx, by, bz), smem, [&] {\n'
+            f'        {function}<{targs}>({", ".join(call_args)});\n'
+            '    });\n}\n')
+    key = hashlib.sha256((code + (ROOT / "kernels" / source).read_text()
+                          + (ROOT / "kernels" / "delta" / "delta_common.cuh").read_text()
+                          + (EMU / "cuda_emu.h").read_text()).encode()).hexdigest()[:16]
+    if key in _LIBS:
+        return _LIBS[key]
+    build_dir.mkdir(parents=True, exist_ok=True)
+    src = build_dir / f"emu_{function}_{key}.cpp"
+    lib = build_dir / f"emu_{function}_{key}.so"
+    if not lib.exists():
+        src.write_text(code)
+        cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-include", str(EMU / "cuda_emu.h"),
+               "-I", str(ROOT / "kernels"), str(src), "-o", str(lib)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"emulation build of {function}<{targs}> failed:\n{res.stderr[-3000:]}")
+    _LIBS[key] = ctypes.CDLL(str(lib))
+    return _LIBS[key]
+
+
+class EmuKernel:
+    """Stands in for ``cupy.RawKernel``: same call signature, runs on the CPU."""
+
+    def __init__(self, source: str, function: str, template_args=(), build_dir: Path | None = None):
+        self.source, self.function, self.template_args = source, function, tuple(template_args)
+        self.params = kernel_params(source, function)
+        self.lib = _library(source, function, self.template_args, build_dir or Path("/tmp/attnlab-delta-emu"))
+        self.max_dynamic_shared_size_bytes = 48 * 1024
+        self.launches: list[dict] = []
+
+    def __call__(self, grid, block, args, shared_mem: int = 0):
+        if len(args) != len(self.params):
+            raise TypeError(f"{self.function} takes {len(self.params)} arguments, launcher passed {len(args)}")
+        if shared_mem > self.max_dynamic_shared_size_bytes:
+            raise RuntimeError(f"{self.function}: {shared_mem} B of dynamic shared memory requested but "
+                               f"max_dynamic_shared_size_bytes is {self.max_dynamic_shared_size_bytes}")
+        ptrs, ints, floats = [], [], []
+        for (kind, name), a in zip(self.params, args):
+            if kind == "ptr":
+                if isinstance(a, np.ndarray):
+                    if a.dtype != np.float32 or not a.flags.c_contiguous:
+                        raise TypeError(f"{self.function}({name}): needs a contiguous float32 array")
+                    ptrs.append(a.ctypes.data)
+                elif isinstance(a, np.uint64) and int(a) == 0:
+                    ptrs.append(0)
+                else:
+                    raise TypeError(f"{self.function}({name}): pointer parameter got {type(a).__name__}")
+            elif kind == "int":
+                if not isinstance(a, np.int32):
+                    raise TypeError(f"{self.function}({name}): int parameter must be np.int32, got {type(a).__name__}")
+                ints.append(int(a))
+            else:
+                if not isinstance(a, np.float32):
+                    raise TypeError(f"{self.function}({name}): float parameter must be np.float32, "
+                                    f"got {type(a).__name__}")
+                floats.append(float(a))
+        grid = tuple(grid) + (1,) * (3 - len(tuple(grid)))
+        block = tuple(block) + (1,) * (3 - len(tuple(block)))
+        self.launches.append(dict(grid=grid, block=block, shared_mem=shared_mem))
+        P = (ctypes.c_ulonglong * max(1, len(ptrs)))(*ptrs)
+        I = (ctypes.c_int * max(1, len(ints)))(*ints)
+        F = (ctypes.c_float * max(1, len(floats)))(*floats)
+        self.lib.emu_run(P, I, F, *(ctypes.c_uint(x) for x in grid), *(ctypes.c_uint(x) for x in block),
+                         ctypes.c_ulonglong(shared_mem))
+
+
+def install(monkeypatch, build_dir: Path) -> types.ModuleType:
+    """Route ``import cupy`` and ``attnlab.compile.load_kernel`` to the CPU stand-ins."""
+    import attnlab.compile
+
+    cp = make_fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(attnlab.compile, "load_kernel",
+                        lambda source, function, template_args=(), defines=None:
+                        EmuKernel(str(source), function, template_args, build_dir))
+    return cp

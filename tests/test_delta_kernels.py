@@ -1,0 +1,416 @@
+"""KDA kernels: input validation, static build, CPU emulation of the CUDA code, GPU correctness.
+
+CPU-only parts run everywhere: the launchers' ValueErrors, an nvcc build of every kernel for
+sm_75 and sm_90 (no spills at K = V = 128), and the kernels themselves executed by a small CPU
+model of CUDA (tests/delta_emu/), compared stage by stage with the NumPy mirror. GPU tests are
+marked ``gpu`` and skip only when no CUDA device is usable.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab.delta import chunk_stages_model, kda_recurrent_fp64, random_inputs
+from attnlab.delta import kernels as dk
+from attnlab.delta.model import chunk_cost, cost_table, recurrent_cost, workspace_bytes
+from attnlab.static import nvcc_path, static_build
+
+ROOT = Path(__file__).resolve().parents[1]
+EMU_DIR = ROOT / "tests" / "delta_emu"
+
+
+def rel(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    nb = np.linalg.norm(b)
+    if not np.all(np.isfinite(a)):
+        return float("inf")
+    return float(np.linalg.norm(a - b) / nb) if nb > 0 else float(np.linalg.norm(a - b))
+
+
+# ----------------------------------------------------------------------------- validation (CPU)
+
+def _inputs(**kw):
+    x = random_inputs(1, 8, 2, 64, 64, initial_state=True)
+    x.update(kw)
+    return x
+
+
+BAD_INPUTS = {
+    "positive-g": (lambda x: x["g"].__setitem__((0, 3, 1, 5), 0.5), "g must be a log-space decay"),
+    "nan-g": (lambda x: x["g"].__setitem__((0, 0, 0, 0), np.nan), "g must be a log-space decay"),
+    "minus-inf-g": (lambda x: x["g"].__setitem__((0, 2, 0, 1), -np.inf), "g must be a log-space decay"),
+    "k-shape": (lambda x: x.__setitem__("k", x["k"][:, :7].copy()), "k must have q's shape"),
+    "v-batch": (lambda x: x.__setitem__("v", np.zeros((2, 8, 2, 64), np.float32)), "v must be"),
+    "beta-shape": (lambda x: x.__setitem__("beta", np.zeros((1, 8), np.float32)), "beta must be"),
+    "state-shape": (lambda x: x.__setitem__("initial_state", np.zeros((1, 2, 64, 32), np.float32)),
+                    "initial_state must be"),
+    "q-float64": (lambda x: x.__setitem__("q", x["q"].astype(np.float64)), "q must be float32"),
+    "v-float16": (lambda x: x.__setitem__("v", x["v"].astype(np.float16)), "v must be float32"),
+    "k-noncontiguous": (lambda x: x.__setitem__("k", np.asfortranarray(x["k"])), "k must be C-contiguous"),
+    "K-96": (lambda x: [x.__setitem__(n, np.zeros((1, 8, 2, 96), np.float32)) for n in ("q", "k", "g")]
+             and x.__setitem__("initial_state", None), "K .* must be one of"),
+    "V-32": (lambda x: x.__setitem__("v", np.zeros((1, 8, 2, 32), np.float32))
+             or x.__setitem__("initial_state", None), "V .* must be one of"),
+    "host-numpy": (lambda x: None, "must be a CUDA array"),
+    "not-an-array": (lambda x: x.__setitem__("beta", [[0.5] * 2] * 8), "beta must be"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_invalid_inputs_raise_value_error_naming_the_constraint(case):
+    mutate, match = BAD_INPUTS[case]
+    x = _inputs()
+    mutate(x)
+    if case == "not-an-array":
+        # A list has no .shape: shape checking fails first, still as a clear error.
+        with pytest.raises((ValueError, AttributeError)):
+            dk.validate_inputs(**x)
+        return
+    with pytest.raises(ValueError, match=match):
+        dk.validate_inputs(**x)
+
+
+def test_torch_cpu_tensor_is_rejected_as_wrong_device():
+    torch = pytest.importorskip("torch")
+    x = {n: torch.from_numpy(a) for n, a in _inputs().items()}
+    with pytest.raises(ValueError, match="CUDA device"):
+        dk.validate_inputs(**x)
+    x["q"] = x["q"].double()
+    with pytest.raises(ValueError, match="q must be float32"):
+        dk.validate_inputs(**x)
+    x["q"] = x["k"].transpose(1, 2).contiguous().transpose(1, 2)   # right shape, wrong strides
+    with pytest.raises(ValueError, match="q must be C-contiguous"):
+        dk.validate_inputs(**x)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(chunk_size=48), "chunk_size must be one of"),
+    (dict(chunk_size=256), "chunk_size must be one of"),
+    (dict(chunk_size=64, bv=8), "bv"),
+    (dict(chunk_size=64, bv=64), "bv"),
+    (dict(rg=2), "rg"),
+    (dict(rg=3), "rg"),
+], ids=["C48", "C256", "BV8", "BV64", "RG2", "RG3"])
+def test_unsupported_tilings(kw, match):
+    with pytest.raises(ValueError, match=match):
+        dk.validate_config(128, 128, **kw)
+
+
+def test_rg_must_fit_the_head():
+    dk.validate_config(128, 128, rg=32)
+    with pytest.raises(ValueError, match="rg"):
+        dk.validate_config(64, 64, rg=32)      # 64 rows cannot be split 4 x 32
+
+
+def test_state_pass_shared_memory_fits_every_supported_tiling():
+    for K in dk.SUPPORTED_K:
+        for V in dk.SUPPORTED_V:
+            for C in dk.SUPPORTED_CHUNK:
+                for bv in dk.SUPPORTED_BV:
+                    nbytes = 4 * dk.state_smem_floats(K, V, C, bv)
+                    assert nbytes <= 227 * 1024, (K, V, C, bv, nbytes)
+    # The default H200 shape fits the 48 KB that needs no opt-in.
+    assert 4 * dk.state_smem_floats(128, 128, 64, 16) <= 48 * 1024
+
+
+def test_default_value_block_keeps_half_the_gpu_busy():
+    assert dk.default_bv(2, 16, 128, 132) == 32     # 128 blocks of 32 columns on 132 SMs
+    assert dk.default_bv(1, 2, 128, 132) == 16      # 8 blocks of 32 would idle most SMs
+    assert dk.default_bv(8, 16, 128, 132) == 32
+    assert dk.solve_cols_per_thread(64) == 2 and dk.solve_cols_per_thread(128) == 1
+
+
+def test_workspace_shapes_pad_the_last_chunk():
+    s = dk.chunk_workspace_shapes(2, 100, 3, 64, 128, 32)
+    assert s["Akk"] == (2, 3, 4, 32, 32) and s["W"] == (2, 3, 128, 64) and s["U"] == (2, 3, 128, 128)
+    total = 4 * sum(int(np.prod(v)) for v in s.values())
+    assert total == workspace_bytes(2, 100, 3, 64, 128, 32)
+
+
+def test_cost_model():
+    r, c = recurrent_cost(128, 128), chunk_cost(128, 128, 64)
+    assert r.flops == 7 * 128 * 128 + 2 * 128 + 128
+    assert r.bytes == 4 * (3 * 128 + 2 * 128 + 1)
+    # The chunked form does more arithmetic and traffic, but T/C sequential steps instead of T.
+    assert 1.2 < c.flops / r.flops < 1.6
+    assert c.bytes > 3 * r.bytes
+    assert c.sequential_steps_per_token == 1 / 64
+    df = cost_table(128, 128, (16, 64), stages=True)
+    assert list(df["form"])[:2] == ["recurrent", "chunked"] and len(df) == 1 + 2 * 4
+
+
+# ----------------------------------------------------------------------------- static build (CPU)
+
+STATIC = [(K, inst) for K in (128, 64) for inst in dk.static_instantiations(K, K)]
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+@pytest.mark.parametrize("K, inst", STATIC, ids=[f"K{K}-{i[1]}<{','.join(map(str, i[2]))}>" for K, i in STATIC])
+def test_delta_kernels_build_without_spills(K, inst, arch):
+    source, function, args = inst
+    (r,) = static_build(source, function, [args], arch)
+    assert r.registers > 0
+    assert not r.spills, f"{r.name} spills on {arch}: {r.spill_store_bytes} B stored"
+    assert r.stack_bytes == 0, f"{r.name} uses a {r.stack_bytes} B stack frame on {arch}"
+    # Registers must allow at least one block of the launch size.
+    threads = {"kda_recurrent": dk.RECURRENT_WARPS * 32, "kda_chunk_intra": 4 * args[1] if len(args) == 2 else 0,
+               "kda_chunk_solve": (args[0] + args[1]) // (args[3] if len(args) == 4 else 1),
+               "kda_chunk_state": (args[0] // 4) * (args[-1] // 4)}[function]
+    assert r.registers * threads <= 65536
+    if function == "kda_chunk_state":
+        assert "ld.shared.v4.f32" in r.ptx, "the state pass should read shared memory as float4"
+
+
+# ----------------------------------------------------------------------------- CPU emulation
+
+EMU_CASES = [
+    # B, T, H, K, V, C, BV, RG, CPT, gate, initial state
+    (1, 40, 2, 32, 32, 16, 16, 8, 2, "logsigmoid", True),
+    (2, 17, 1, 32, 32, 16, 16, 8, 2, "logsigmoid", True),     # T not a multiple of C, B = 2
+    (1, 1, 1, 32, 32, 16, 16, 8, 2, "logsigmoid", True),      # T = 1
+    (1, 100, 2, 64, 64, 32, 16, 16, 2, "logsigmoid", False),
+    (1, 70, 1, 64, 64, 64, 32, 8, 2, "const", True),           # g = -50 per step
+    (1, 150, 1, 64, 64, 128, 16, 16, 1, "zero", True),        # C = 128, g = 0
+    (1, 100, 1, 64, 64, 64, 16, 8, 2, "mixed", True),         # fast and exact paths in one chunk
+    (1, 130, 1, 32, 32, 64, 16, 8, 2, "strong", False),       # chunks on both sides of the threshold
+]
+
+
+def _emu_id(c):
+    B, T, H, K, V, C, BV, RG, CPT, gate, init = c
+    return f"B{B}-T{T}-H{H}-K{K}-V{V}-C{C}-BV{BV}-RG{RG}-{gate}-{'h0' if init else 'noh0'}"
+
+
+@pytest.fixture(scope="session")
+def emu_build_dir(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not installed (needed for the CPU emulation of the kernels)")
+    return tmp_path_factory.mktemp("delta_emu")
+
+
+def _emu_binary(build_dir: Path, K, V, C, BV, RG, CPT) -> Path:
+    exe = build_dir / f"harness_{K}_{V}_{C}_{BV}_{RG}_{CPT}"
+    if not exe.exists():
+        cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "cuda_emu.h"),
+               "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_C={C}",
+               f"-DEMU_BV={BV}", f"-DEMU_RG={RG}", f"-DEMU_CPT={CPT}", str(EMU_DIR / "harness.cpp"),
+               "-o", str(exe)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-3000:]
+    return exe
+
+
+@pytest.mark.parametrize("case", EMU_CASES, ids=_emu_id)
+def test_cuda_kernels_under_cpu_emulation(case, emu_build_dir, tmp_path):
+    B, T, H, K, V, C, BV, RG, CPT, gate, init = case
+    x = random_inputs(B, T, H, K, V, seed=T, gate=gate, initial_state=init)
+    exe = _emu_binary(emu_build_dir, K, V, C, BV, RG, CPT)
+    names = ["q", "k", "v", "g", "beta"] + (["initial_state"] if init else [])
+    for n in names:
+        x[n].tofile(tmp_path / ("h0" if n == "initial_state" else n))
+    res = subprocess.run([str(exe), str(tmp_path), str(B), str(T), str(H), repr(K ** -0.5), str(int(init))],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    read = lambda n, shape: np.fromfile(tmp_path / n, dtype=np.float32).reshape(shape)  # noqa: E731
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    model = chunk_stages_model(**x, chunk_size=C, dtype=np.float64)
+    NT = -(-T // C)
+    Tp = NT * C
+    shapes = dict(Akk=(B, H, NT, C, C), Aqk=(B, H, NT, C, C), Qg=(B, H, Tp, K), Kd=(B, H, Tp, K),
+                  Kbg=(B, H, Tp, K), gL=(B, H, NT, K), W=(B, H, Tp, K), U=(B, H, Tp, V))
+    # With strong gates many A entries are tiny (down to ~1e-22 at g = -50) and carry the fp32
+    # error of their exponent, |G|·2^-24, relative: looser bounds for those arrays.
+    tol = {n: {"const": 1e-4, "mixed": 1e-4, "strong": 2e-5}.get(gate, 2e-6) for n in shapes}
+    # Relative error, except for arrays whose true values all underflow fp32 (e^{-3200} with
+    # g = -50): there the absolute error is what counts.
+    errors = {n: rel(read(n, s), model[n]) if np.max(np.abs(model[n])) > 1e-30
+              else float(np.max(np.abs(read(n, s) - model[n]))) for n, s in shapes.items()}
+    errors["recurrent o"] = rel(read("rec_o", (B, T, H, V)), ref_o)
+    errors["recurrent state"] = rel(read("rec_ht", (B, H, K, V)), ref_s)
+    errors["chunked o"] = rel(read("o", (B, T, H, V)), ref_o)
+    errors["chunked state"] = rel(read("ht", (B, H, K, V)), ref_s)
+    bad = {n: e for n, e in errors.items() if not e < tol.get(n, 2e-6)}
+    assert not bad, f"stages off the float64 model: {bad}"
+
+
+# ----------------------------------------------------------------------------- GPU
+
+GPU_CASES = [
+    # B, T, H, K, V, C, gate, initial state
+    (1, 1, 1, 64, 64, 64, "logsigmoid", False),
+    (2, 17, 2, 64, 64, 16, "logsigmoid", True),
+    (2, 100, 4, 128, 128, 64, "logsigmoid", True),
+    (1, 300, 2, 128, 64, 32, "logsigmoid", False),
+    (1, 129, 2, 64, 128, 128, "logsigmoid", True),
+    (1, 200, 2, 128, 128, 64, "const", True),     # g = -50 per step
+    (1, 160, 2, 128, 128, 64, "zero", True),
+    (1, 160, 2, 128, 128, 64, "mixed", True),     # strong and mild channels in one chunk
+    (2, 300, 2, 128, 128, 64, "strong", False),   # chunks on both sides of the fast-path threshold
+]
+
+
+def _gpu_id(c):
+    B, T, H, K, V, C, gate, init = c
+    return f"B{B}-T{T}-H{H}-K{K}-V{V}-C{C}-{gate}-{'h0' if init else 'noh0'}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=_gpu_id)
+def test_gpu_kernels_match_float64(case):
+    import cupy as cp
+
+    B, T, H, K, V, C, gate, init = case
+    x = random_inputs(B, T, H, K, V, seed=7, gate=gate, initial_state=init)
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    rp = dk.prepare_recurrent(**d, output_final_state=True)
+    rp.poison()
+    o, s = rp.run()
+    assert rel(o.get(), ref_o) < 1e-5 and rel(s.get(), ref_s) < 1e-5
+    for bv in (16, 32):
+        cp_ = dk.prepare_chunk(**d, output_final_state=True, chunk_size=C, bv=bv)
+        cp_.poison()
+        o, s = cp_.run()
+        assert rel(o.get(), ref_o) < 1e-5, f"chunked o, BV={bv}"
+        assert rel(s.get(), ref_s) < 1e-5, f"chunked state, BV={bv}"
+
+
+@pytest.mark.gpu
+def test_gpu_chunk_stages_match_model():
+    import cupy as cp
+
+    B, T, H, K, V, C = 2, 90, 2, 128, 128, 32
+    x = random_inputs(B, T, H, K, V, seed=3, initial_state=True)
+    m = chunk_stages_model(**x, chunk_size=C, dtype=np.float64)
+    plan = dk.prepare_chunk(**{n: cp.asarray(a) for n, a in x.items()}, chunk_size=C, bv=32,
+                            output_final_state=True)
+    plan.poison()
+    plan.run(stages=(1,))
+    for n in ("Akk", "Aqk", "Qg", "Kd", "gL"):
+        assert rel(plan.ws[n].get(), m[n]) < 2e-6, f"stage 1 (02_chunk_intra) output {n}"
+    assert rel(plan.ws["W"].get(), m["Kbg"]) < 2e-6, "stage 1 output Kbg"
+    plan.run(stages=(2,))
+    assert rel(plan.ws["W"].get(), m["W"]) < 2e-6, "stage 2 (03_chunk_solve) output W"
+    assert rel(plan.ws["U"].get(), m["U"]) < 2e-6, "stage 2 (03_chunk_solve) output U"
+    plan.run(stages=(3,))
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    assert rel(plan.o.get(), ref_o) < 1e-5, "stage 3 (04_chunk_state) output o"
+    assert rel(plan.final_state.get(), ref_s) < 1e-5, "stage 3 (04_chunk_state) final state"
+
+
+@pytest.mark.gpu
+def test_gpu_torch_inputs_and_errors():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    x = random_inputs(1, 50, 2, 64, 64, seed=1)
+    t = {n: torch.from_numpy(a).cuda() for n, a in x.items()}
+    o, s = dk.kda_chunk(**t, chunk_size=16)
+    assert s is None and rel(o.get(), kda_recurrent_fp64(**x)[0]) < 1e-5
+    t["g"] = t["g"].abs()
+    with pytest.raises(ValueError, match="g must be a log-space decay"):
+        dk.kda_recurrent(**t)
+
+
+# ----------------------------------------------------------------------------- launchers, emulated
+
+LAUNCH_CASES = [
+    # B, T, H, K, V, C, BV, initial state
+    (1, 37, 2, 64, 64, 16, 16, True),
+    (2, 20, 1, 64, 128, 32, 32, False),
+]
+
+
+@pytest.mark.parametrize("case", LAUNCH_CASES, ids=lambda c: f"B{c[0]}-T{c[1]}-H{c[2]}-K{c[3]}-V{c[4]}-C{c[5]}-BV{c[6]}")
+def test_launchers_end_to_end_under_cpu_emulation(case, emu_build_dir, monkeypatch):
+    """The real launch path (validation, workspaces, grids, blocks, argument order and kinds,
+    dynamic shared memory) driving the kernels, on the CPU through tests/delta_emu/."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(EMU_DIR))
+    try:
+        import fake_device
+    finally:
+        _sys.path.remove(str(EMU_DIR))
+    cp = fake_device.install(monkeypatch, emu_build_dir)
+    B, T, H, K, V, C, BV, init = case
+    x = random_inputs(B, T, H, K, V, seed=9, initial_state=init)
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    rp = dk.prepare_recurrent(**d, output_final_state=True)
+    rp.poison()
+    o, s = rp.run()
+    assert rel(o, ref_o) < 1e-5 and rel(s, ref_s) < 1e-5
+    plan = dk.prepare_chunk(**d, output_final_state=True, chunk_size=C, bv=BV)
+    plan.poison()
+    o, s = plan.run()
+    assert rel(o, ref_o) < 1e-5 and rel(s, ref_s) < 1e-5
+    assert plan.kernels["state"].launches[-1]["shared_mem"] == 4 * dk.state_smem_floats(K, V, C, BV)
+    o, s = dk.kda_chunk(**d, chunk_size=C)        # default value block, no final state
+    assert s is None and rel(o, ref_o) < 1e-5
+
+
+# ----------------------------------------------------------------------------- notebook helpers (pure)
+
+def _latency_frame(with_fla: bool):
+    import pandas as pd
+
+    rows = [dict(implementation="recurrent", dtype="fp32", T=16384, config="RG=8", median_ms=20.0),
+            dict(implementation="chunked", dtype="fp32", T=16384, config="C=64 BV=16", median_ms=2.5),
+            dict(implementation="recurrent", dtype="fp32", T=4096, config="RG=8", median_ms=5.0),
+            dict(implementation="chunked", dtype="fp32", T=4096, config="C=64 BV=16", median_ms=0.8)]
+    if with_fla:
+        rows += [dict(implementation="fla chunk_kda", dtype="bf16", T=16384, config="default", median_ms=1.95),
+                 dict(implementation="fla chunk_kda", dtype="fp32", T=16384, config="default", median_ms=6.0)]
+    df = pd.DataFrame(rows)
+    df["B"], df["H"], df["K"], df["V"] = 2, 16, 128, 128
+    return df
+
+
+def test_targets_are_computed_and_misses_reported():
+    import pandas as pd
+
+    from attnlab.delta import bench as db
+
+    sweep = pd.DataFrame([dict(T=16384, stage="all", chunk_size=32, bv=16, median_ms=2.0),
+                          dict(T=16384, stage="intra", chunk_size=32, bv=16, median_ms=0.5)])
+    acc = pd.DataFrame([dict(implementation="recurrent (01)", dtype="fp32", T=16384, rel_err_o=3e-7),
+                        dict(implementation="chunked (02-04)", dtype="fp32", T=16384, rel_err_o=2e-6),
+                        dict(implementation="fla chunk_kda", dtype="bf16", T=16384, rel_err_o=4e-3)])
+    v = db.targets(_latency_frame(True), sweep, acc, 16384)
+    speed = v[v["target"].str.contains("10×")].iloc[0]
+    assert speed["value"] == pytest.approx(20.0 / 2.0) and bool(speed["met"])     # best of latency and sweep
+    fla = v[v["target"].str.contains("fla")]
+    assert list(fla["value"].round(3)) == [round(1.95 / 2.0, 3), round(6.0 / 2.0, 3)]
+    err = v[v["target"].str.contains("error")].iloc[0]
+    assert err["value"] == 2e-6 and bool(err["met"])                              # fla's bf16 error not ours
+    v2 = db.targets(_latency_frame(False), None, acc, 16384)
+    assert bool(v2[v2["target"].str.contains("10×")]["met"].iloc[0]) is False    # 8× is a miss
+    assert "not installed" in v2[v2["target"].str.contains("fla")]["detail"].iloc[0]
+
+
+def test_roofline_points_use_the_cost_model():
+    from attnlab.delta import bench as db
+
+    pts = db.roofline_points(_latency_frame(True))
+    assert set(pts["kernel"]) == {"recurrent", "chunked"} and len(pts) == 4
+    r = pts[(pts["kernel"] == "recurrent") & (pts["T"] == 16384)].iloc[0]
+    assert r["achieved_flops"] == pytest.approx(recurrent_cost(128, 128).flops * 2 * 16384 * 16 / 20e-3)
+    assert r["intensity"] == pytest.approx(recurrent_cost(128, 128).intensity)
+
+
+def test_correctness_grid_covers_the_edge_cases():
+    from attnlab.delta import bench as db
+
+    cases = db.correctness_cases()
+    assert {c["T"] for c in cases} >= {1, 17, 64, 100, 300}
+    assert {c["gate"] for c in cases} == {"logsigmoid", "const", "mixed", "strong"}
+    assert {c["chunk_size"] for c in cases} == set(dk.SUPPORTED_CHUNK)
+    assert any(c["init"] for c in cases) and any(not c["init"] for c in cases)
