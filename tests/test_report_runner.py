@@ -61,7 +61,18 @@ def test_index_lists_status_duration_mode_and_headlines(tmp_path, monkeypatch):
             report.NotebookRun("02_tiling", "failed", 3.0, "live", error="AssertionError: boom")]
     index = report.write_index(out, runs, "full", "live (X)")
     text = index.read_text()
-    assert "| 01_naive | passed | 12.5 s | live | best: 2.5 |" in text
+    assert "| 01_naive | passed | 12.5 s | live | — | best: 2.5 |" in text
     assert "failed<br>**AssertionError: boom**" in text and "1/2 passed" in text
     assert json.loads((out / "runs.json").read_text())[1]["status"] == "failed"
     assert "gpu-x" in (tmp_path / "README.md").read_text()
+
+
+def test_index_keeps_notebooks_of_earlier_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "REPORTS_DIR", tmp_path)
+    out = tmp_path / "gpu-y"
+    out.mkdir()
+    report.write_index(out, [report.NotebookRun("01_naive", "passed", 1.0, "live"),
+                             report.NotebookRun("02_tiling", "failed", 1.0, "live")], "full", "live")
+    report.write_index(out, [report.NotebookRun("02_tiling", "passed", 2.0, "live")], "full", "live")
+    runs = json.loads((out / "runs.json").read_text())
+    assert [(r["notebook"], r["status"]) for r in runs] == [("01_naive", "passed"), ("02_tiling", "passed")]

@@ -88,6 +88,7 @@ class NotebookRun:
     error: str = ""
     headlines: dict[str, Any] = field(default_factory=dict)
     parameters: dict[str, Any] = field(default_factory=dict)
+    finished_utc: str = ""
 
 
 def collect_headlines(nb_node) -> dict[str, Any]:
@@ -144,6 +145,7 @@ def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mod
         run.status = "failed"
         run.error = f"{type(exc).__name__}: {exc}"[:300]
     run.duration_s = time.perf_counter() - start
+    run.finished_utc = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     if output.is_file():
         run.headlines = collect_headlines(nbformat.read(output, as_version=4))
         try:
@@ -159,15 +161,29 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def merge_runs(out_dir: Path, runs: list[NotebookRun]) -> list[NotebookRun]:
+    """This invocation's runs over the folder's earlier ones: running only 07 keeps 01-06 listed."""
+    earlier: dict[str, NotebookRun] = {}
+    runs_file = out_dir / "runs.json"
+    if runs_file.is_file():
+        for r in json.loads(runs_file.read_text()):
+            earlier[r["notebook"]] = NotebookRun(**{k: v for k, v in r.items() if k in NotebookRun.__dataclass_fields__})
+    earlier.update({r.notebook: r for r in runs})
+    return [earlier[k] for k in sorted(earlier)]
+
+
 def write_index(out_dir: Path, runs: list[NotebookRun], profile: str, mode_line: str) -> Path:
+    """Rewrite the folder's README.md index; ``runs`` replace earlier entries of the same notebooks."""
+    runs = merge_runs(out_dir, runs)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     lines = [f"# attnlab report — {out_dir.name}", "",
-             f"Generated {now} by `python -m attnlab.report --profile {profile}`. {mode_line}", "",
-             "| notebook | status | duration | mode | headline figures | files |", "|---|---|---|---|---|---|"]
+             f"Updated {now} by `python -m attnlab.report --profile {profile}`. {mode_line}", "",
+             "| notebook | status | duration | mode | finished (UTC) | headline figures | files |",
+             "|---|---|---|---|---|---|---|"]
     for r in runs:
         heads = "<br>".join(f"{k}: {_fmt(v)}" for k, v in r.headlines.items()) or "—"
         err = f"<br>**{r.error}**" if r.error else ""
-        lines.append(f"| {r.notebook} | {r.status}{err} | {r.duration_s:.1f} s | {r.mode} | {heads} | "
+        lines.append(f"| {r.notebook} | {r.status}{err} | {r.duration_s:.1f} s | {r.mode} | {r.finished_utc or '—'} | {heads} | "
                      f"[ipynb]({r.notebook}.ipynb) · [html]({r.notebook}.html) |")
     lines += ["", f"Total: {sum(r.duration_s for r in runs):.1f} s; "
               f"{sum(r.status == 'passed' for r in runs)}/{len(runs)} passed.", ""]
