@@ -55,7 +55,7 @@ def test_every_attention_kernel_builds_without_spills(name, arch):
     for r in reports:
         assert r.registers > 0, "ptxas reported no registers"
         assert not r.spills, f"{r.name} spills on {arch}: {r.spill_store_bytes} B stored"
-        assert r.ptx.startswith(".visible .entry"), "PTX of the function was not captured"
+        assert ".entry " in r.ptx.split("\n", 1)[0], "PTX of the function was not captured"
         assert has_vector_global_loads(r.ptx) == spec.vector_loads, (
             f"{r.name}: 128-bit global loads {'missing' if spec.vector_loads else 'unexpected'}")
 
@@ -80,3 +80,18 @@ def test_ptx_helpers():
     assert count_ptx_loads(fns["_Z1fv"]) == {"ld.global.nc.v4.f32": 1, "st.shared.f32": 1}
     assert template_args_of("void attn_tiled<64, 8, 16>(float const*, int)") == ("64", "8", "16")
     assert template_args_of("void plain(float*)") == ()
+
+
+@pytest.mark.parametrize("name", ["naive", "vec_load"])
+def test_nvrtc_fallback_agrees_with_nvcc(name, monkeypatch, tmp_path):
+    """Without nvcc the static build uses NVRTC from the PyPI wheels; it must report the same story."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import attnlab.static as st
+
+    spec = KERNELS[name]
+    args = [spec.template_args(64, *default_tiles(64))]
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(st, "nvcc_path", lambda: None)
+    (rep,) = st.static_build(spec.source, spec.function, args, "sm_90")
+    assert rep.registers > 0 and not rep.spills
+    assert has_vector_global_loads(rep.ptx) == spec.vector_loads

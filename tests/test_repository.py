@@ -1,9 +1,7 @@
 """Repository invariants: clean source notebooks, packaging that agrees, recorded data with provenance."""
 
-import json
 import re
 import tomllib
-from pathlib import Path
 
 import nbformat
 import pandas as pd

@@ -27,7 +27,7 @@ def banner_html(mode: Mode, provenance_line: str | None = None) -> str:
         colour, title = "#1b5e20", f"LIVE — measuring on {html.escape(mode.gpu_name)} now"
         body = "Every figure below is measured in this run and recorded to data/results/" + html.escape(mode.gpu)
     else:
-        colour, title = "#b71c1c", f"REPLAY — no GPU measurement in this run"
+        colour, title = "#b71c1c", "REPLAY — no GPU measurement in this run"
         body = (f"Figures below are <b>recorded</b> results of GPU '{html.escape(mode.gpu)}', not live. "
                 f"{html.escape(provenance_line or '')} CPU-side parts (static build, NumPy models, maths, "
                 f"plots) run for real now.")

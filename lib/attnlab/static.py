@@ -97,7 +97,7 @@ def parse_ptxas_verbose(log: str) -> dict[str, dict[str, int]]:
 def split_ptx_functions(ptx: str) -> dict[str, str]:
     """PTX text of each ``.entry`` keyed by mangled name (from its header to its closing brace)."""
     out: dict[str, str] = {}
-    for m in re.finditer(r"^\.visible \.entry (\w+)\(", ptx, re.MULTILINE):
+    for m in re.finditer(r"^\.(?:visible|weak) \.entry (\w+)\(", ptx, re.MULTILINE):
         start = m.start()
         end = ptx.find("\n}\n", start)
         out[m.group(1)] = ptx[start:end + 3 if end >= 0 else len(ptx)]
@@ -203,27 +203,39 @@ def _build_with_nvcc(nvcc, path, function, instantiations, arch, defines, source
     return log, ptx
 
 
-def _build_with_nvrtc(path, function, instantiations, arch, defines, source):
+def _nvrtc_run(path: Path, function: str, instantiations, options: list[str], source: str,
+               want_ptx: bool) -> tuple[str, str]:
     from cuda.bindings import nvrtc  # type: ignore
 
-    options = [*compile_options(defines, path.parent), f"--gpu-architecture={arch}",
-               "--ptxas-options=-v"]
-    code = path.read_text().encode()
-    err, prog = nvrtc.nvrtcCreateProgram(code, str(path).encode(), 0, [], [])
-    exprs = [name_expression(function, a) for a in instantiations]
-    for e in exprs:
-        nvrtc.nvrtcAddNameExpression(prog, e.encode())
+    err, prog = nvrtc.nvrtcCreateProgram(path.read_bytes(), str(path).encode(), 0, [], [])
+    for args in instantiations:
+        nvrtc.nvrtcAddNameExpression(prog, name_expression(function, args).encode())
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
-    err2, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
     log = b" " * size
     nvrtc.nvrtcGetProgramLog(prog, log)
     log = log.decode(errors="replace")
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise CompileError(describe_compile_log(source, log, options))
-    err, size = nvrtc.nvrtcGetPTXSize(prog)
-    ptx = b" " * size
-    nvrtc.nvrtcGetPTX(prog, ptx)
-    return log, ptx.decode(errors="replace").rstrip("\x00")
+    ptx = ""
+    if want_ptx:
+        _, size = nvrtc.nvrtcGetPTXSize(prog)
+        buf = b" " * size
+        nvrtc.nvrtcGetPTX(prog, buf)
+        ptx = buf.decode(errors="replace").rstrip("\x00")
+    nvrtc.nvrtcDestroyProgram(prog)
+    return log, ptx
+
+
+def _build_with_nvrtc(path, function, instantiations, arch, defines, source):
+    """NVRTC twice, as nvcc is run twice: real machine code for ``arch`` (ptxas -v report in the
+    log), then PTX for the virtual ``compute_`` architecture."""
+    base = list(compile_options(defines, path.parent))
+    log, _ = _nvrtc_run(path, function, instantiations,
+                        [*base, f"--gpu-architecture={arch}", "--ptxas-options=-v"], source, False)
+    _, ptx = _nvrtc_run(path, function, instantiations,
+                        [*base, f"--gpu-architecture={arch.replace('sm_', 'compute_')}"], source, True)
+    return log, ptx
 
 
 def static_build(source: str | Path, function: str, instantiations: Sequence[Sequence[Any]] = ((),),
