@@ -192,14 +192,16 @@ def write_index(out_dir: Path, runs: list[NotebookRun], profile: str, mode_line:
     tmp.write_text("\n".join(lines))
     tmp.replace(index)
     (out_dir / "runs.json").write_text(json.dumps([r.__dict__ for r in runs], indent=1, default=str))
-    write_top_index()
+    if not out_dir.name.endswith("-replay"):   # replays are local, not committed: keep them out
+        write_top_index()
     return index
 
 
 def write_top_index() -> Path:
-    lines = ["# Reports", "", "One folder per GPU: `<gpu>/` holds a live run, `<gpu>-replay/` a replay on a "
-             "machine without that GPU (not committed). Each folder's README is its index.", ""]
-    for d in sorted(p for p in REPORTS_DIR.iterdir() if p.is_dir()):
+    lines = ["# Reports", "", "One folder per GPU measured live; each folder's README is its index (status, "
+             "duration, mode and headline figures per notebook). Replays on machines without that GPU go to "
+             "`<gpu>-replay/`, which is not committed.", ""]
+    for d in sorted(p for p in REPORTS_DIR.iterdir() if p.is_dir() and not p.name.endswith("-replay")):
         runs_file = d / "runs.json"
         if runs_file.is_file():
             runs = json.loads(runs_file.read_text())
