@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import kernels as dk
+from .kernels import DEFAULT_CHUNK
 from .model import chunk_cost, io_bytes, recurrent_cost, workspace_bytes
 from .naive import kda_recurrent_fp64, random_inputs
 
@@ -114,7 +115,7 @@ def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, chunk_size: int = 64,
+def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, chunk_size: int = DEFAULT_CHUNK,
                     with_fla: bool = True) -> pd.DataFrame:
     """Relative RMS error of o vs a float64 reference computed on the GPU, at the target shape."""
     import cupy as cp
@@ -157,7 +158,7 @@ def _timed(fn, budget_s: float, **row):
     return {**row, **t.row()}
 
 
-def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_size: int = 64,
+def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_size: int = DEFAULT_CHUNK,
                  budget_s: float = 0.2, seed: int = 0, with_fla: bool = True) -> pd.DataFrame:
     """Median latency of the recurrent and chunked kernels (and fla, both dtypes) for each T."""
     rows = []
@@ -211,7 +212,7 @@ def chunk_sweep(B: int, H: int, K: int, V: int, T: int, chunk_sizes=(16, 32, 64,
     return df
 
 
-def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_size: int = 64, seed: int = 0,
+def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_size: int = DEFAULT_CHUNK, seed: int = 0,
                 with_fla: bool = True) -> pd.DataFrame:
     """Device memory a call needs beyond its inputs: measured (CuPy pool / torch allocator) and modelled."""
     import cupy as cp
@@ -262,7 +263,7 @@ def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_siz
 
 # ----------------------------------------------------------------------------- pure: replay too
 
-def roofline_points(latency: pd.DataFrame, chunk_size: int = 64) -> pd.DataFrame:
+def roofline_points(latency: pd.DataFrame, chunk_size: int = DEFAULT_CHUNK) -> pd.DataFrame:
     """Achieved FLOP/s and intensity of the project's kernels from the cost model and measured times."""
     rows = []
     for r in latency.itertuples():

@@ -343,14 +343,14 @@ def prepare_chunk(q, k, v, g, beta, scale: float | None = None, initial_state=No
 
 
 def kda_chunk(q, k, v, g, beta, scale: float | None = None, initial_state=None,
-              output_final_state: bool = False, chunk_size: int = 64, bv: int | None = None):
+              output_final_state: bool = False, chunk_size: int = DEFAULT_CHUNK, bv: int | None = None):
     """Chunked KDA on the GPU (fp32, three kernels). Returns CuPy ``(o, final_state or None)``."""
     return prepare_chunk(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size, bv).run()
 
 
 # ----------------------------------------------------------------------------- static build list
 
-def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(64,), bvs=(16, 32)) -> list[tuple]:
+def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32)) -> list[tuple]:
     """(source, function, template args) of every kernel a default run at (K, V) uses."""
     out = [(RECURRENT_SRC, "kda_recurrent", (K, V, default_rg(K), RECURRENT_WARPS))]
     for C in chunk_sizes:
