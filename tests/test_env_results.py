@@ -101,3 +101,11 @@ def test_failed_write_keeps_the_previous_table(store, monkeypatch):
     folder = store / "testgpu"
     assert sorted(p.name for p in folder.iterdir()) == ["01_naive__timing.csv"], "temporary file left behind"
     assert pd.read_csv(folder / "01_naive__timing.csv")["x"].tolist() == [1]
+
+
+def test_recorded_gpu_summary_names_device_commits_and_span(store):
+    assert "no recorded tables" in results.describe_recorded_gpu("testgpu")
+    results.save_table(pd.DataFrame({"x": [1]}), "01_naive", "timing", LIVE)
+    results.save_table(pd.DataFrame({"x": [1]}), "02_tiling", "timing", LIVE)
+    line = results.describe_recorded_gpu("testgpu")
+    assert "NVIDIA TestGPU" in line and "2 tables" in line and "commits abc" in line

@@ -37,6 +37,9 @@ def banner_html(mode: Mode, provenance_line: str | None = None) -> str:
 
 def banner(mode: Mode, provenance_line: str | None = None) -> None:
     """Show, at the top of a notebook and beside tables, whether figures are live or replayed."""
+    if not mode.live and provenance_line is None:
+        from .results import describe_recorded_gpu
+        provenance_line = describe_recorded_gpu(mode.gpu)
     text = (f"LIVE on {mode.gpu_name}" if mode.live
             else f"REPLAY of recorded figures from '{mode.gpu}' ({provenance_line or 'provenance unknown'})")
     _display({"text/html": banner_html(mode, provenance_line), "text/plain": text})

@@ -95,3 +95,17 @@ def describe_provenance(df: pd.DataFrame) -> str:
             f"CuPy {first['cupy_version']} · torch {first['torch_version']} · commit {', '.join(commits)}"
             f"{' (dirty)' if str(first['git_dirty']) == 'True' else ''} · recorded {stamps[0]}"
             f"{' … ' + stamps[-1] if stamps[-1] != stamps[0] else ''} · profile {first.get('profile', '?')}")
+
+
+def describe_recorded_gpu(gpu: str) -> str:
+    """One line on everything recorded for ``gpu``: device, commits and time span of its tables."""
+    folder = RESULTS_DIR / gpu
+    firsts = [pd.read_csv(p, nrows=1) for p in sorted(folder.glob("*.csv"))]
+    firsts = [f for f in firsts if "gpu_name" in f.columns]
+    if not firsts:
+        return f"no recorded tables in data/results/{gpu}/"
+    df = pd.concat(firsts, ignore_index=True)
+    commits = sorted(set(str(c)[:10] for c in df["git_commit"]))
+    stamps = sorted(df["timestamp_utc"].astype(str))
+    return (f"{df['gpu_name'].iloc[0]} · driver {df['driver_version'].iloc[0]} · {len(firsts)} tables "
+            f"recorded {stamps[0]} … {stamps[-1]} · commits {', '.join(commits)}")
