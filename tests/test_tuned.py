@@ -78,12 +78,24 @@ def test_merge_keeps_other_entries(tmp_path):
     assert tuned.lookup("h200", "tiled", 64, tmp_path) is None
 
 
-def test_resolve_tiles_falls_back_to_seed(tmp_path):
-    assert tuned.resolve_tiles("h200", "tiled", 32, tmp_path) == ((8, 32), "seed default")
-    assert tuned.resolve_tiles("h200", "tiled", 64, tmp_path) == ((8, 16), "seed default")
-    assert tuned.resolve_tiles("h200", "tiled", 128, tmp_path) == ((8, 8), "seed default")
+def test_launcher_takes_tuned_tiles_then_the_seeds(tmp_path, monkeypatch):
+    from attnlab import attention
+
+    monkeypatch.setattr(tuned.paths, "TUNED_DIR", tmp_path)
+    assert attention.resolve_tiles("tiled", 32, gpu="h200") == (8, 32, "default")
+    assert attention.resolve_tiles("tiled", 128, gpu="h200") == (8, 8, "default")
     tuned.write_from_scan("h200", tuned.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
-    assert tuned.resolve_tiles("h200", "vec_padded", 128, tmp_path) == ((16, 8), "tuned")
+    assert attention.resolve_tiles("vec_padded", 128, gpu="h200") == (16, 8, "tuned")
+    assert attention.resolve_tiles("vec_padded", 128, 4, 16, gpu="h200") == (4, 16, "caller")
+    assert attention.resolve_tiles("vec_padded", 128, gpu=None)[2] == "default"
+
+
+def test_recorded_h200_tiles_are_what_the_launcher_uses():
+    from attnlab import attention
+
+    for kernel, per_d in tuned.load("h200")["entries"].items():
+        for d, entry in per_d.items():
+            assert attention.resolve_tiles(kernel, int(d), gpu="h200") == (entry["tile_rows"], entry["tile_kv"], "tuned")
 
 
 @pytest.mark.parametrize("mutate,match", [

@@ -217,13 +217,19 @@ def get_kernel(name: str, head_dim: int, tile_rows: int | None = None, tile_kv: 
 
 
 def run_attention(name: str, q, k, v, tile_rows: int | None = None, tile_kv: int | None = None,
-                  out=None, scale: float | None = None, gpu: str | None = None):
+                  out=None, scale: float | None = None, gpu: str | None = "auto"):
     """Launch kernel ``name`` on q, k, v ([B, H, N, D] float32) and return O.
 
     CuPy inputs give a CuPy output, torch inputs a torch tensor (zero-copy, same memory).
     ``out`` (optional) must match q and is overwritten. ``scale`` defaults to 1/sqrt(D).
+    A tile the caller leaves out comes from ``data/tuned/<gpu>.json``: ``gpu="auto"`` (default)
+    means this device's file; ``gpu=None`` means the seed's built-in defaults (what the ladder
+    notebooks use to reproduce the seed's tables).
     """
     spec = get_spec(name)
+    if gpu == "auto":
+        from .env import device_name, gpu_slug
+        gpu = gpu_slug(device_name())
     B, H, N, D = validate_qkv(q, k, v, needs_alignment=spec.vector_loads)
     is_torch = _array_module(q) == "torch"
     qc, kc, vc = _as_cupy(q), _as_cupy(k), _as_cupy(v)

@@ -565,10 +565,10 @@ def compare_with_naive(kernels: Sequence[str], shapes: Iterable[tuple[int, int, 
     rows = []
     for B, H, N, D in shapes:
         q, k, v = random_qkv(B, H, N, D, rng)
-        ref = run_attention("naive", q, k, v)
+        ref = run_attention("naive", q, k, v, gpu=None)
         for name in kernels:
             tr, tkv = (tiles or {}).get((name, D), (None, None))
-            out = run_attention(name, q, k, v, tile_rows=tr, tile_kv=tkv)
+            out = run_attention(name, q, k, v, tile_rows=tr, tile_kv=tkv, gpu=None)
             diff = cp.abs(out - ref)
             rows.append(dict(kernel=name, B=B, H=H, N=N, D=D, max_abs_diff_vs_naive=float(diff.max()),
                              identical_elements_pct=100.0 * float((diff == 0).mean())))
@@ -600,7 +600,7 @@ def time_tile_scan(kernels: Sequence[str], D_list: Sequence[int], N: int, tile_r
                     except ValueError as exc:
                         rows.append({**base, "median_ms": np.nan, "skipped": str(exc)})
                         continue
-                    t = time_gpu(lambda: run_attention(name, q, k, v, tr, tkv, out=out), budget_s=budget_s)
+                    t = time_gpu(lambda: run_attention(name, q, k, v, tr, tkv, out=out, gpu=None), budget_s=budget_s)
                     rows.append({**base, **t.row(), "tflops": float(tflops(B, H, N, D, t.median_ms)),
                                  "registers": int(plan.kernel.num_regs), "skipped": ""})
     return pd.DataFrame(rows)
@@ -630,7 +630,7 @@ def alignment_check(kernels: Sequence[str], D_list: Sequence[int], *, seed: int,
             needs = get_spec(name).vector_loads
             row = dict(kernel=name, D=D, B=B, H=H, N=N, q_ptr_mod_16=int(q.data.ptr % 16), needs_alignment=needs)
             try:
-                out = run_attention(name, q, k, v)
+                out = run_attention(name, q, k, v, gpu=None)
                 err = rel_error(out, attention_fp64(q, k, v))
                 row.update(refused=False, message="", rel_err_fp64=err)
                 row["passed"] = (not needs) and err < 1e-5

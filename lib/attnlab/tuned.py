@@ -39,7 +39,7 @@ SCHEMA = 1
 
 #: The seed's D-adaptive optimum on the GTX 1660 Ti (data/reference/gtx1660ti_best_tiles.csv):
 #: TILE_ROWS = 8 throughout, TILE_KV shrinking as D grows.
-SEED_DEFAULTS: dict[int, tuple[int, int]] = {32: (8, 32), 64: (8, 16), 128: (8, 8)}
+from .attention import DEFAULT_TILES as SEED_DEFAULTS  # noqa: E402  (one table: the seed's tiles)
 
 REQUIRED_FIELDS = ("tile_rows", "tile_kv", "median_ms", "N", "date", "commit")
 
@@ -147,16 +147,6 @@ def lookup(gpu: str, kernel: str, D: int, tuned_dir: Path | None = None) -> tupl
     """``(tile_rows, tile_kv)`` tuned for this GPU, kernel and head dim, or ``None``."""
     entry = load(gpu, tuned_dir)["entries"].get(kernel, {}).get(str(int(D)))
     return None if entry is None else (entry["tile_rows"], entry["tile_kv"])
-
-
-def resolve_tiles(gpu: str, kernel: str, D: int, tuned_dir: Path | None = None) -> tuple[tuple[int, int], str]:
-    """``((tile_rows, tile_kv), source)`` with source 'tuned' or 'seed default'.
-
-    For launchers that want one call; D outside the seed's table falls back to (8, 8)."""
-    t = lookup(gpu, kernel, D, tuned_dir)
-    if t is not None:
-        return t, "tuned"
-    return SEED_DEFAULTS.get(int(D), (8, 8)), "seed default"
 
 
 def record(data: dict, kernel: str, D: int, tile_rows: int, tile_kv: int, median_ms: float, N: int,
