@@ -119,6 +119,26 @@ def test_state_pass_shared_memory_fits_every_supported_tiling():
     assert 4 * dk.state_smem_floats(128, 128, 64, 16) <= 48 * 1024
 
 
+def test_tensor_core_state_pass_shared_memory_and_choice():
+    for K in dk.SUPPORTED_K:
+        for C in dk.TC_CHUNK:
+            for bv in dk.SUPPORTED_BV:
+                assert 4 * dk.state_tc_smem_floats(K, K, C, bv) <= 227 * 1024, (K, C, bv)
+    assert 4 * dk.state_tc_smem_floats(128, 128, 128, 32) > 227 * 1024   # why C = 128 is not offered
+    assert dk.resolve_state_kernel("auto", 32, 90) == "tc"
+    assert dk.resolve_state_kernel("auto", 128, 90) == "simt"
+    assert dk.resolve_state_kernel("auto", 32, 75) == "simt"
+    assert dk.resolve_state_kernel("simt", 32, 90) == "simt"
+    with pytest.raises(ValueError, match="chunk_size must be one of"):
+        dk.resolve_state_kernel("tc", 128, 90)
+    with pytest.raises(ValueError, match="compute capability >= 8.0"):
+        dk.resolve_state_kernel("tc", 32, 75)
+    with pytest.raises(ValueError, match="state must be one of"):
+        dk.resolve_state_kernel("wgmma", 32, 90)
+    with pytest.raises(ValueError, match="state must be one of"):
+        dk.prepare_chunk(**_inputs(), state="fast")
+
+
 def test_default_value_block_keeps_half_the_gpu_busy():
     assert dk.default_bv(2, 16, 128, 132) == 32     # 128 blocks of 32 columns on 132 SMs
     assert dk.default_bv(1, 2, 128, 132) == 16      # 8 blocks of 32 would idle most SMs
@@ -155,6 +175,8 @@ STATIC = [(K, inst) for K in (128, 64) for inst in dk.static_instantiations(K, K
 @pytest.mark.parametrize("K, inst", STATIC, ids=[f"K{K}-{i[1]}<{','.join(map(str, i[2]))}>" for K, i in STATIC])
 def test_delta_kernels_build_without_spills(K, inst, arch):
     source, function, args = inst
+    if function == "kda_chunk_state_tc" and arch == "sm_75":
+        pytest.skip("TF32 tensor cores need sm_80+ (the launcher uses 04_chunk_state there)")
     (r,) = static_build(source, function, [args], arch)
     assert r.registers > 0
     assert not r.spills, f"{r.name} spills on {arch}: {r.spill_store_bytes} B stored"
@@ -162,10 +184,21 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
     # Registers must allow at least one block of the launch size.
     threads = {"kda_recurrent": dk.RECURRENT_WARPS * 32, "kda_chunk_intra": 4 * args[1] if len(args) == 2 else 0,
                "kda_chunk_solve": (args[0] + args[1]) // (args[3] if len(args) == 4 else 1),
-               "kda_chunk_state": (args[0] // 4) * (args[-1] // 4)}[function]
+               "kda_chunk_state": (args[0] // 4) * (args[-1] // 4),
+               "kda_chunk_state_tc": 2 * args[0]}[function]
     assert r.registers * threads <= 65536
     if function == "kda_chunk_state":
         assert "ld.shared.v4.f32" in r.ptx, "the state pass should read shared memory as float4"
+    if function == "kda_chunk_state_tc":
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.ptx
+        assert "cvt.rna.tf32.f32" in r.ptx and "cp.async.cg.shared.global" in r.ptx
+
+
+def test_static_list_has_a_tensor_core_state_pass_for_each_small_chunk():
+    insts = dk.static_instantiations(128, 128, chunk_sizes=(32, 128))
+    tc = [a for _, f, a in insts if f == "kda_chunk_state_tc"]
+    assert tc == [(128, 128, 32, 16), (128, 128, 32, 32)]       # none for C = 128
+    assert not [f for _, f, _ in dk.static_instantiations(tensor_cores=False) if f.endswith("_tc")]
 
 
 # ----------------------------------------------------------------------------- CPU emulation
@@ -236,6 +269,9 @@ def test_cuda_kernels_under_cpu_emulation(case, emu_build_dir, tmp_path):
     errors["recurrent state"] = rel(read("rec_ht", (B, H, K, V)), ref_s)
     errors["chunked o"] = rel(read("o", (B, T, H, V)), ref_o)
     errors["chunked state"] = rel(read("ht", (B, H, K, V)), ref_s)
+    if C <= 64:   # 05_chunk_state_tc (3xTF32 MMAs) on the same stage-1/2 outputs
+        errors["chunked o (tensor cores)"] = rel(read("tc_o", (B, T, H, V)), ref_o)
+        errors["chunked state (tensor cores)"] = rel(read("tc_ht", (B, H, K, V)), ref_s)
     bad = {n: e for n, e in errors.items() if not e < tol.get(n, 2e-6)}
     assert not bad, f"stages off the float64 model: {bad}"
 
@@ -274,12 +310,14 @@ def test_gpu_kernels_match_float64(case):
     rp.poison()
     o, s = rp.run()
     assert rel(o.get(), ref_o) < 1e-5 and rel(s.get(), ref_s) < 1e-5
-    for bv in (16, 32):
-        cp_ = dk.prepare_chunk(**d, output_final_state=True, chunk_size=C, bv=bv)
-        cp_.poison()
-        o, s = cp_.run()
-        assert rel(o.get(), ref_o) < 1e-5, f"chunked o, BV={bv}"
-        assert rel(s.get(), ref_s) < 1e-5, f"chunked state, BV={bv}"
+    for state in (("tc", "simt") if C in dk.TC_CHUNK else ("simt",)):
+        for bv in (16, 32):
+            cp_ = dk.prepare_chunk(**d, output_final_state=True, chunk_size=C, bv=bv, state=state)
+            assert cp_.state_kernel == state
+            cp_.poison()
+            o, s = cp_.run()
+            assert rel(o.get(), ref_o) < 1e-5, f"chunked o, BV={bv}, state pass {state}"
+            assert rel(s.get(), ref_s) < 1e-5, f"chunked state, BV={bv}, state pass {state}"
 
 
 @pytest.mark.gpu
@@ -299,10 +337,19 @@ def test_gpu_chunk_stages_match_model():
     plan.run(stages=(2,))
     assert rel(plan.ws["W"].get(), m["W"]) < 2e-6, "stage 2 (03_chunk_solve) output W"
     assert rel(plan.ws["U"].get(), m["U"]) < 2e-6, "stage 2 (03_chunk_solve) output U"
-    plan.run(stages=(3,))
     ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
-    assert rel(plan.o.get(), ref_o) < 1e-5, "stage 3 (04_chunk_state) output o"
-    assert rel(plan.final_state.get(), ref_s) < 1e-5, "stage 3 (04_chunk_state) final state"
+    assert plan.state_kernel == "tc"
+    plan.run(stages=(3,))
+    assert rel(plan.o.get(), ref_o) < 1e-5, "stage 3 (05_chunk_state_tc) output o"
+    assert rel(plan.final_state.get(), ref_s) < 1e-5, "stage 3 (05_chunk_state_tc) final state"
+    # The fp32-FMA state pass on the same stage-1/2 workspaces.
+    simt = dk.prepare_chunk(**{n: cp.asarray(a) for n, a in x.items()}, chunk_size=C, bv=32,
+                            output_final_state=True, state="simt")
+    simt.ws = plan.ws
+    simt.poison_outputs()
+    simt.run(stages=(3,))
+    assert rel(simt.o.get(), ref_o) < 1e-5, "stage 3 (04_chunk_state) output o"
+    assert rel(simt.final_state.get(), ref_s) < 1e-5, "stage 3 (04_chunk_state) final state"
 
 
 @pytest.mark.gpu
@@ -348,12 +395,15 @@ def test_launchers_end_to_end_under_cpu_emulation(case, emu_build_dir, monkeypat
     rp.poison()
     o, s = rp.run()
     assert rel(o, ref_o) < 1e-5 and rel(s, ref_s) < 1e-5
-    plan = dk.prepare_chunk(**d, output_final_state=True, chunk_size=C, bv=BV)
-    plan.poison()
-    o, s = plan.run()
-    assert rel(o, ref_o) < 1e-5 and rel(s, ref_s) < 1e-5
-    assert plan.kernels["state"].launches[-1]["shared_mem"] == 4 * dk.state_smem_floats(K, V, C, BV)
-    o, s = dk.kda_chunk(**d, chunk_size=C)        # default value block, no final state
+    for state, smem in (("tc", dk.state_tc_smem_floats), ("simt", dk.state_smem_floats)):
+        plan = dk.prepare_chunk(**d, output_final_state=True, chunk_size=C, bv=BV, state=state)
+        plan.poison()
+        o, s = plan.run()
+        assert rel(o, ref_o) < 1e-5 and rel(s, ref_s) < 1e-5, state
+        launch = plan.kernels["state"].launches[-1]
+        threads = 2 * K if state == "tc" else (K // 4) * (BV // 4)
+        assert launch["shared_mem"] == 4 * smem(K, V, C, BV) and launch["block"][0] == threads, state
+    o, s = dk.kda_chunk(**d, chunk_size=C)        # default value block and state pass, no final state
     assert s is None and rel(o, ref_o) < 1e-5
 
 

@@ -26,6 +26,7 @@ struct dim3 {
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
 
 #define __global__
 #define __device__
@@ -42,6 +43,7 @@ inline dim3 gridDim, blockDim;
 struct EmuWarp {
     std::barrier<> bar{32};
     float buf[32];
+    float mma_a[32][4], mma_b[32][2];   // one mma.sync's operand fragments, per lane
 };
 struct EmuBlock {
     std::unique_ptr<std::barrier<>> bar;
@@ -62,6 +64,41 @@ inline float __shfl_xor_sync(unsigned, float x, int offset) {
     return r;
 }
 inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+
+// ---- tensor-core and cp.async stand-ins for kernels/delta/05_chunk_state_tc.cu
+inline unsigned emu_bits(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
+// cvt.rna.tf32.f32: keep 10 mantissa bits, round to nearest, ties away from zero (sign-magnitude,
+// so adding half an ulp to the magnitude and truncating does exactly that).
+inline float kda_to_tf32(float x) {
+    unsigned u = emu_bits(x);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    return __int_as_float(u);
+}
+// mma.sync.m16n8k8 tf32: every lane posts its fragments, then computes its four outputs from the
+// whole warp's. Like the hardware, operand bits below TF32 precision are ignored (truncated), so
+// a kernel that forgets to split or round its operands loses accuracy here too.
+inline void kda_mma_tf32(float (&d)[4], const float (&a)[4], const float (&b)[2]) {
+    const unsigned lane = threadIdx.x % 32;
+    EmuWarp& w = *g_block->warps[threadIdx.x / 32];
+    for (int i = 0; i < 4; ++i) w.mma_a[lane][i] = __int_as_float(emu_bits(a[i]) & 0xffffe000u);
+    for (int i = 0; i < 2; ++i) w.mma_b[lane][i] = __int_as_float(emu_bits(b[i]) & 0xffffe000u);
+    w.bar.arrive_and_wait();
+    const int g = lane / 4, t = lane % 4;
+    for (int r = 0; r < 4; ++r) {
+        const int m = g + 8 * (r / 2), n = 2 * t + r % 2;
+        float acc = d[r];
+        for (int k = 0; k < 8; ++k) {
+            const float am = w.mma_a[(m % 8) * 4 + k % 4][m / 8 + 2 * (k / 4)];   // A[m][k]
+            const float bn = w.mma_b[n * 4 + k % 4][k / 4];                          // B[k][n]
+            acc += am * bn;   // TF32 x TF32 is exact in fp32
+        }
+        d[r] = acc;
+    }
+    w.bar.arrive_and_wait();
+}
+inline void kda_cp_async16(float* smem_dst, const float* gmem_src) { std::memcpy(smem_dst, gmem_src, 16); }
+inline void kda_cp_async_commit() {}
+inline void kda_cp_async_wait_all() {}
 
 inline unsigned kda_dynamic_smem_size() { return (unsigned)(g_block->dyn_smem.size() * sizeof(float)); }
 #define KDA_DYNAMIC_SHARED(name) float* name = g_block->dyn_smem.data()

@@ -3,11 +3,13 @@
 //        -DEMU_BV=.. -DEMU_RG=.. -DEMU_CPT=.. harness.cpp
 // Run:   harness DIR B T H SCALE HAS_H0
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes there
-//   rec_o rec_ht (recurrent) and Akk Aqk Qg Kd Kbg gL W U o ht (chunked; W = Kbg after stage 2).
+//   rec_o rec_ht (recurrent) and Akk Aqk Qg Kd Kbg gL W U o ht (chunked; W = Kbg after stage 2),
+//   and tc_o tc_ht (stage 3 on tensor cores, 05_chunk_state_tc.cu; chunks up to 64 only).
 #include "delta/01_recurrent.cu"
 #include "delta/02_chunk_intra.cu"
 #include "delta/03_chunk_solve.cu"
 #include "delta/04_chunk_state.cu"
+#include "delta/05_chunk_state_tc.cu"
 
 #include <string>
 
@@ -75,6 +77,15 @@ int main(int argc, char** argv) {
                                          h0p, o.data(), ht.data(), T, H, NT);
         });
         write_f32(dir + "/o", o); write_f32(dir + "/ht", ht);
+#if EMU_C <= 64
+        using LT = KdaStateTcLayout<K, V, C, BV>;
+        std::vector<float> o_tc(nv, nan), ht_tc(ns, nan);
+        emu_launch(dim3(V / BV, H, B), dim3(LT::NTH), LT::FLOATS * sizeof(float), [&] {
+            kda_chunk_state_tc<K, V, C, BV>(Kbg.data(), U.data(), Qg.data(), Kd.data(), Aqk.data(), gL.data(),
+                                            h0p, o_tc.data(), ht_tc.data(), T, H, NT);
+        });
+        write_f32(dir + "/tc_o", o_tc); write_f32(dir + "/tc_ht", ht_tc);
+#endif
     }
     return 0;
 }

@@ -15,13 +15,15 @@ import numpy as np
 import pandas as pd
 
 from . import kernels as dk
-from .kernels import DEFAULT_CHUNK
+from .kernels import DEFAULT_CHUNK, TC_CHUNK
 from .model import chunk_cost, io_bytes, recurrent_cost, workspace_bytes
 from .naive import kda_recurrent_fp64, random_inputs
 
 #: Acceptance thresholds (issue 5): small shapes vs float64, and the target shape.
 REL_ERR_SMALL = 1e-5
 REL_ERR_TARGET = 1e-4
+#: Latency rows of the chunked form with the fp32-FMA state pass (04), beside the default ("chunked").
+CHUNKED_SIMT = "chunked, fp32-FMA state pass"
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -72,19 +74,24 @@ def device_inputs(B, T, H, K, V, *, seed, gate="logsigmoid", init=False):
 
 # ----------------------------------------------------------------------------- correctness
 
+def state_passes(chunk_size: int) -> tuple[str, ...]:
+    """The state-pass kernels that run at this chunk size: tensor cores (05) where they can, fp32 FMA (04)."""
+    return ("tc", "simt") if chunk_size in TC_CHUNK else ("simt",)
+
+
 def correctness_cases(K_list=(64, 128), T_list=(1, 17, 64, 100, 300), B: int = 2, H: int = 2,
                       chunk_sizes=(16, 32, 64, 128)) -> list[dict]:
-    """The grid of small shapes: every T with and without an initial state; g = -50, mixed and
-    strong gates on two T; every chunk size at the largest K (the sizes the sweep compiles anyway,
-    so the check costs no extra compilation)."""
+    """The grid of small shapes at the default chunk: every T with and without an initial state;
+    g = -50, mixed and strong gates on two T; then every chunk size at the largest K (the sizes the
+    sweep compiles anyway, so the check costs no extra compilation)."""
     cases = []
     for K in K_list:
         for T in T_list:
             for init in (False, True):
-                cases.append(dict(B=B, T=T, H=H, K=K, V=K, gate="logsigmoid", init=init, chunk_size=64))
+                cases.append(dict(B=B, T=T, H=H, K=K, V=K, gate="logsigmoid", init=init, chunk_size=DEFAULT_CHUNK))
         for gate in ("const", "mixed", "strong"):
             for T in (17, 300):
-                cases.append(dict(B=B, T=T, H=H, K=K, V=K, gate=gate, init=True, chunk_size=64))
+                cases.append(dict(B=B, T=T, H=H, K=K, V=K, gate=gate, init=True, chunk_size=DEFAULT_CHUNK))
     for C in chunk_sizes:
         cases.append(dict(B=1, T=333, H=H, K=max(K_list), V=max(K_list), gate="logsigmoid", init=True,
                           chunk_size=C))
@@ -92,16 +99,18 @@ def correctness_cases(K_list=(64, 128), T_list=(1, 17, 64, 100, 300), B: int = 2
 
 
 def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
-    """Both kernels on each case: outputs poisoned with NaN, relative errors of o and the final
-    state vs the float64 recurrent reference (NumPy)."""
+    """Every kernel on each case — the recurrent one, and the chunked form with each value block
+    and each state pass that runs at the case's chunk size: outputs poisoned with NaN, relative
+    errors of o and the final state vs the float64 recurrent reference (NumPy)."""
     rows = []
     for i, c in enumerate(cases):
         x, d = device_inputs(c["B"], c["T"], c["H"], c["K"], c["V"], seed=seed + i, gate=c["gate"], init=c["init"])
         ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
         plans = [("recurrent", dk.prepare_recurrent(**d, output_final_state=True), None)]
-        for bv in dk.SUPPORTED_BV:
-            plans.append(("chunked", dk.prepare_chunk(**d, output_final_state=True, chunk_size=c["chunk_size"], bv=bv),
-                          bv))
+        for state in state_passes(c["chunk_size"]):
+            for bv in dk.SUPPORTED_BV:
+                plans.append(("chunked", dk.prepare_chunk(**d, output_final_state=True, chunk_size=c["chunk_size"],
+                                                          bv=bv, state=state), bv))
         for form, plan, bv in plans:
             plan.poison()
             o, s = plan.run()
@@ -109,7 +118,9 @@ def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
             eo, es = rel_err(o.get(), ref_o), rel_err(s.get(), ref_s)
             rows.append(dict(form=form, B=c["B"], T=c["T"], H=c["H"], K=c["K"], V=c["V"],
                              chunk_size=c["chunk_size"] if form == "chunked" else np.nan,
-                             bv=bv if bv else np.nan, gate={"const": "const-50"}.get(c["gate"], c["gate"]),
+                             bv=bv if bv else np.nan,
+                             state_pass=getattr(plan, "state_kernel", ""),
+                             gate={"const": "const-50"}.get(c["gate"], c["gate"]),
                              initial_state=c["init"], all_written=written, rel_err_o=eo, rel_err_state=es,
                              passed=written and eo < REL_ERR_SMALL and es < REL_ERR_SMALL))
     return pd.DataFrame(rows)
@@ -125,10 +136,14 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, chunk
     rows = []
     o, _ = dk.prepare_recurrent(**d).run()
     rows.append(dict(implementation="recurrent (01)", dtype="fp32", T=T, rel_err_o=rel_err(o, ref)))
-    plan = dk.prepare_chunk(**d, chunk_size=chunk_size)
-    o, _ = plan.run()
-    rows.append(dict(implementation=f"chunked (02-04) C={chunk_size} BV={plan.bv}", dtype="fp32", T=T,
-                     rel_err_o=rel_err(o, ref)))
+    for state in state_passes(chunk_size):
+        plan = dk.prepare_chunk(**d, chunk_size=chunk_size, state=state)
+        plan.poison()
+        o, _ = plan.run()
+        stage3 = "05 tensor cores" if state == "tc" else "04 fp32 FMA"
+        rows.append(dict(implementation=f"chunked (02, 03, {stage3}) C={chunk_size} BV={plan.bv}", dtype="fp32",
+                         T=T, rel_err_o=rel_err(o, ref)))
+        del plan
     chunk_kda, fused_recurrent_kda, _ = fla_functions()
     if with_fla and chunk_kda is not None:
         import torch
@@ -168,9 +183,16 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_si
         rec = dk.prepare_recurrent(**d, check_gate=False)
         rows.append(_timed(rec.run, budget_s, implementation="recurrent", dtype="fp32", T=T,
                            config=f"RG={rec.rg}"))
+        # The default chunked path, then (where the default is the tensor-core one) the same
+        # with the fp32-FMA state pass.
         ch = dk.prepare_chunk(**d, chunk_size=chunk_size, check_gate=False)
         rows.append(_timed(ch.run, budget_s, implementation="chunked", dtype="fp32", T=T,
-                           config=f"C={chunk_size} BV={ch.bv}"))
+                           config=f"C={chunk_size} BV={ch.bv} state={ch.state_kernel}"))
+        if ch.state_kernel != "simt":
+            del ch
+            ch = dk.prepare_chunk(**d, chunk_size=chunk_size, check_gate=False, state="simt")
+            rows.append(_timed(ch.run, budget_s, implementation=CHUNKED_SIMT, dtype="fp32", T=T,
+                               config=f"C={chunk_size} BV={ch.bv} state=simt"))
         del rec, ch
         if with_fla and chunk_kda is not None:
             import torch
@@ -195,18 +217,20 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_si
 
 def chunk_sweep(B: int, H: int, K: int, V: int, T: int, chunk_sizes=(16, 32, 64, 128), bvs=(16, 32),
                 budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
-    """The chunked form for each chunk size and value block: the three kernels together and each alone."""
+    """The chunked form for each chunk size, value block and state pass (tensor cores where they
+    run, fp32 FMA everywhere): the three kernels together and each alone."""
     _, d = device_inputs(B, T, H, K, V, seed=seed)
     rows = []
     for C in chunk_sizes:
-        for bv in bvs:
-            plan = dk.prepare_chunk(**d, chunk_size=C, bv=bv, check_gate=False)
-            plan.run()
-            rows.append(_timed(plan.run, budget_s, chunk_size=C, bv=bv, stage="all"))
-            for st, name in ((1, "intra"), (2, "solve"), (3, "state")):
-                rows.append(_timed(lambda p=plan, st=st: p.run(stages=(st,)), budget_s / 2,
-                                   chunk_size=C, bv=bv, stage=name))
-            del plan
+        for state in state_passes(C):
+            for bv in bvs:
+                plan = dk.prepare_chunk(**d, chunk_size=C, bv=bv, check_gate=False, state=state)
+                plan.run()
+                rows.append(_timed(plan.run, budget_s, chunk_size=C, bv=bv, state=state, stage="all"))
+                for st, name in ((1, "intra"), (2, "solve"), (3, "state")):
+                    rows.append(_timed(lambda p=plan, st=st: p.run(stages=(st,)), budget_s / 2,
+                                       chunk_size=C, bv=bv, state=state, stage=name))
+                del plan
     df = pd.DataFrame(rows)
     df["B"], df["T"], df["H"], df["K"], df["V"] = B, T, H, K, V
     return df
@@ -267,7 +291,7 @@ def roofline_points(latency: pd.DataFrame, chunk_size: int = DEFAULT_CHUNK) -> p
     """Achieved FLOP/s and intensity of the project's kernels from the cost model and measured times."""
     rows = []
     for r in latency.itertuples():
-        if r.implementation not in ("recurrent", "chunked"):
+        if r.implementation not in ("recurrent", "chunked", CHUNKED_SIMT):
             continue
         cost = recurrent_cost(r.K, r.V) if r.implementation == "recurrent" else chunk_cost(r.K, r.V, chunk_size)
         tokens = r.B * r.T * r.H
@@ -293,7 +317,9 @@ def targets(latency: pd.DataFrame, sweep: pd.DataFrame | None, accuracy: pd.Data
     if sweep is not None and len(sweep):
         s = sweep[(sweep["T"] == T) & (sweep["stage"] == "all")]
         chunk_candidates += list(s["median_ms"])
-        best_cfg += [f"C={int(a)} BV={int(b)}" for a, b in zip(s["chunk_size"], s["bv"])]
+        states = s["state"] if "state" in s else [None] * len(s)
+        best_cfg += [f"C={int(a)} BV={int(b)}" + (f" state={st}" if isinstance(st, str) else "")
+                     for a, b, st in zip(s["chunk_size"], s["bv"], states)]
     best = int(np.argmin(chunk_candidates)) if chunk_candidates else None
     c_ms = chunk_candidates[best] if best is not None else np.nan
     c_cfg = best_cfg[best] if best is not None else "not measured"

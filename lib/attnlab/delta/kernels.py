@@ -5,14 +5,17 @@ Two entry points, both returning ``(o [B, T, H, V], final_state [B, H, K, V] or 
 zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a tensor):
 
 * :func:`kda_recurrent` — ``01_recurrent.cu``: one launch, sequential over T;
-* :func:`kda_chunk` — ``02_chunk_intra.cu`` → ``03_chunk_solve.cu`` → ``04_chunk_state.cu``.
+* :func:`kda_chunk` — ``02_chunk_intra.cu`` → ``03_chunk_solve.cu`` → a state pass: ``05_chunk_state_tc.cu``
+  (tensor cores, 3xTF32; chunks of 16/32/64 on sm_80+) or ``04_chunk_state.cu`` (fp32 FMAs, any
+  chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``.
 
 For timing, :func:`prepare_recurrent` / :func:`prepare_chunk` validate once, allocate outputs and
 workspaces, and return a plan whose ``run()`` only launches kernels.
 
 Inputs: float32, C-contiguous, on the current CUDA device; q, k, g ``[B, T, H, K]``,
 v ``[B, T, H, V]``, beta ``[B, T, H]``, optional initial_state ``[B, H, K, V]``; g ≤ 0 (log-space
-decay). K and V must be 64 or 128, the chunk size 16, 32, 64 or 128. Anything else raises
+decay). K and V must be 64 or 128, the chunk size 16, 32, 64 or 128 (16, 32 or 64 for the
+tensor-core state pass). Anything else raises
 ``ValueError`` naming the constraint. The CPU-side checks (:func:`validate_config`,
 :func:`validate_inputs`) work without a GPU, on NumPy arrays too (they then only fail later,
 at the device check).
@@ -32,12 +35,16 @@ SUPPORTED_V = (64, 128)
 SUPPORTED_CHUNK = (16, 32, 64, 128)
 SUPPORTED_BV = (16, 32)
 SUPPORTED_RG = (4, 8, 16, 32)
+SUPPORTED_STATE = ("auto", "tc", "simt")
+TC_CHUNK = (16, 32, 64)          # chunk sizes of the tensor-core state pass (shared memory bound)
+TC_MIN_CC = 80                   # TF32 mma.sync and cp.async: sm_80+
 RECURRENT_WARPS = 4
 
 RECURRENT_SRC = "delta/01_recurrent.cu"
 INTRA_SRC = "delta/02_chunk_intra.cu"
 SOLVE_SRC = "delta/03_chunk_solve.cu"
 STATE_SRC = "delta/04_chunk_state.cu"
+STATE_TC_SRC = "delta/05_chunk_state_tc.cu"
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -74,6 +81,27 @@ def state_smem_floats(K: int, V: int, C: int, BV: int) -> int:
     LS, LW, LA, LK = BV + 4, SK + 4, SJ + 4, K + 4
     stage = max(2 * C * LW, C * LA, SI * LK)
     return K * LS + C * LS + stage
+
+
+def state_tc_smem_floats(K: int, V: int, C: int, BV: int) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_tc`` in floats (mirrors ``KdaStateTcLayout``):
+    S [K][BV+8], V' [C][BV+8], W and Qg [C][K+4], Kd [C][K+8], Aqk [C][C+4]."""
+    return K * (BV + 8) + C * (BV + 8) + 2 * C * (K + 4) + C * (K + 8) + C * (C + 4)
+
+
+def resolve_state_kernel(state: str, chunk_size: int, compute_capability: int) -> str:
+    """"tc" or "simt" for a requested state pass: "auto" takes the tensor cores where they can run
+    (chunk of 16/32/64, sm_80+); asking for "tc" where they cannot is an error, not a fallback."""
+    if state not in SUPPORTED_STATE:
+        raise ValueError(f"state must be one of {SUPPORTED_STATE}, got {state!r}")
+    tc_ok = chunk_size in TC_CHUNK and compute_capability >= TC_MIN_CC
+    if state == "auto":
+        return "tc" if tc_ok else "simt"
+    if state == "tc" and not tc_ok:
+        why = (f"chunk_size must be one of {TC_CHUNK}, got {chunk_size}" if chunk_size not in TC_CHUNK
+               else f"needs compute capability >= {TC_MIN_CC / 10:.1f}, this GPU has {compute_capability / 10:.1f}")
+        raise ValueError(f"the tensor-core state pass (state='tc') {why}; use state='simt'")
+    return state
 
 
 def validate_config(K: int, V: int, chunk_size: int | None = None, bv: int | None = None,
@@ -262,6 +290,7 @@ class ChunkPlan:
     scale: np.float32
     chunk_size: int
     bv: int
+    state_kernel: str          # "tc" (05_chunk_state_tc.cu) or "simt" (04_chunk_state.cu)
     ws: dict
     o: Any
     final_state: Any
@@ -275,15 +304,27 @@ class ChunkPlan:
         B, T, H, K, V = self.dims
         C, NT = self.chunk_size, self.num_chunks
         cpt = solve_cols_per_thread(C)
+        if self.state_kernel == "tc":
+            state = dict(grid=(V // self.bv, H, B), block=(2 * K, 1, 1),
+                         smem=4 * state_tc_smem_floats(K, V, C, self.bv))
+        else:
+            state = dict(grid=(V // self.bv, H, B), block=((K // 4) * (self.bv // 4), 1, 1),
+                         smem=4 * state_smem_floats(K, V, C, self.bv))
         return {
             "intra": dict(grid=(NT, H, B), block=(4 * C, 1, 1), smem=0),
             "solve": dict(grid=(NT, H, B), block=((K + V) // cpt, 1, 1), smem=0),
-            "state": dict(grid=(V // self.bv, H, B), block=((K // 4) * (self.bv // 4), 1, 1),
-                          smem=4 * state_smem_floats(K, V, C, self.bv)),
+            "state": state,
         }
 
     def poison(self) -> None:
+        """NaN in every workspace and output, so anything a stage fails to write shows up."""
         for a in (*self.ws.values(), self.o, self.final_state):
+            if a is not None:
+                a.fill(np.nan)
+
+    def poison_outputs(self) -> None:
+        """NaN in o and the final state only (to rerun the state pass on existing workspaces)."""
+        for a in (self.o, self.final_state):
             if a is not None:
                 a.fill(np.nan)
 
@@ -314,7 +355,11 @@ class ChunkPlan:
 
 def prepare_chunk(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                   output_final_state: bool = False, chunk_size: int = DEFAULT_CHUNK, bv: int | None = None,
-                  check_gate: bool = True) -> ChunkPlan:
+                  check_gate: bool = True, state: str = "auto") -> ChunkPlan:
+    """Validate, allocate and compile once; ``state`` picks the state pass ("auto": tensor cores
+    where they can run, see :func:`resolve_state_kernel`)."""
+    if state not in SUPPORTED_STATE:   # before anything touches the device
+        raise ValueError(f"state must be one of {SUPPORTED_STATE}, got {state!r}")
     import cupy as cp
 
     from ..compile import load_kernel
@@ -323,39 +368,52 @@ def prepare_chunk(q, k, v, g, beta, scale: float | None = None, initial_state=No
                                    check_gate=check_gate)
     B, T, H, K, V = dims
     C = int(chunk_size)
+    device = cp.cuda.Device()
+    state_kernel = resolve_state_kernel(state, C, int(device.compute_capability))
     if bv is None:
-        sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+        sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         bv = default_bv(B, H, V, sms)
     validate_config(K, V, C, bv=bv)
+    if state_kernel == "tc":
+        state_kernel_fn = load_kernel(STATE_TC_SRC, "kda_chunk_state_tc", (K, V, C, bv))
+        smem = 4 * state_tc_smem_floats(K, V, C, bv)
+    else:
+        state_kernel_fn = load_kernel(STATE_SRC, "kda_chunk_state", (K, V, C, bv))
+        smem = 4 * state_smem_floats(K, V, C, bv)
     kernels = {
         "intra": load_kernel(INTRA_SRC, "kda_chunk_intra", (K, C)),
         "solve": load_kernel(SOLVE_SRC, "kda_chunk_solve", (K, V, C, solve_cols_per_thread(C))),
-        "state": load_kernel(STATE_SRC, "kda_chunk_state", (K, V, C, bv)),
+        "state": state_kernel_fn,
     }
-    smem = 4 * state_smem_floats(K, V, C, bv)
     if smem > 48 * 1024:
         kernels["state"].max_dynamic_shared_size_bytes = smem
     ws = {name: cp.empty(shape, dtype=cp.float32)
           for name, shape in chunk_workspace_shapes(B, T, H, K, V, C).items()}
     o = cp.empty((B, T, H, V), dtype=cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
-    return ChunkPlan(arrays, dims, _scale(K, scale), C, int(bv), ws, o, fs, kernels)
+    return ChunkPlan(arrays, dims, _scale(K, scale), C, int(bv), state_kernel, ws, o, fs, kernels)
 
 
 def kda_chunk(q, k, v, g, beta, scale: float | None = None, initial_state=None,
-              output_final_state: bool = False, chunk_size: int = DEFAULT_CHUNK, bv: int | None = None):
-    """Chunked KDA on the GPU (fp32, three kernels). Returns CuPy ``(o, final_state or None)``."""
-    return prepare_chunk(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size, bv).run()
+              output_final_state: bool = False, chunk_size: int = DEFAULT_CHUNK, bv: int | None = None,
+              state: str = "auto"):
+    """Chunked KDA on the GPU (fp32 in and out, three kernels). Returns CuPy ``(o, final_state or None)``."""
+    return prepare_chunk(q, k, v, g, beta, scale, initial_state, output_final_state, chunk_size, bv,
+                         state=state).run()
 
 
 # ----------------------------------------------------------------------------- static build list
 
-def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32)) -> list[tuple]:
-    """(source, function, template args) of every kernel a default run at (K, V) uses."""
+def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32),
+                          tensor_cores: bool = True) -> list[tuple]:
+    """(source, function, template args) of every kernel a default run at (K, V) uses (with
+    ``tensor_cores=False``, none that needs sm_80+)."""
     out = [(RECURRENT_SRC, "kda_recurrent", (K, V, default_rg(K), RECURRENT_WARPS))]
     for C in chunk_sizes:
         out.append((INTRA_SRC, "kda_chunk_intra", (K, C)))
         out.append((SOLVE_SRC, "kda_chunk_solve", (K, V, C, solve_cols_per_thread(C))))
         for bv in bvs:
             out.append((STATE_SRC, "kda_chunk_state", (K, V, C, bv)))
+            if tensor_cores and C in TC_CHUNK:
+                out.append((STATE_TC_SRC, "kda_chunk_state_tc", (K, V, C, bv)))
     return out

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Quick GPU probe of the chunked KDA's state passes, to choose the defaults notebook 07 records.
+
+    PYTHONPATH=lib python scripts/probe_delta_state.py [--T 16384] [--chunks 16 32 64] [--out DIR]
+
+At B=2, H=16, K=V=128 (issue 5's target shape): the chunk sweep (every chunk size, value block and
+state pass; each stage alone and all three), the recurrent kernel, fla's chunk_kda when installed,
+and the error of each state pass vs a float64 reference. Prints tables and writes them as CSV to
+--out (default $OUT or /tmp). Not a recorded run: notebook 07 records the figures the lab quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from attnlab.delta import bench as db
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--T", type=int, default=16384)
+    ap.add_argument("--chunks", type=int, nargs="+", default=[16, 32, 64])
+    ap.add_argument("--budget", type=float, default=0.2)
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
+    a = ap.parse_args()
+    B, H, K, V = 2, 16, 128, 128
+    pd.set_option("display.width", 200)
+
+    sweep = db.chunk_sweep(B, H, K, V, a.T, chunk_sizes=a.chunks, budget_s=a.budget)
+    print(sweep.pivot_table(index=["chunk_size", "bv", "state"], columns="stage", values="median_ms").round(3))
+    latency = db.time_latency(B, H, K, V, [a.T], budget_s=a.budget)
+    print(latency[["implementation", "dtype", "config", "median_ms", "rel_iqr"]].round(4))
+    best = sweep[sweep["stage"] == "all"].sort_values("median_ms").iloc[0]
+    accuracy = db.target_accuracy(B, H, K, V, a.T, chunk_size=int(best["chunk_size"]), with_fla=False)
+    print(accuracy[["implementation", "rel_err_o"]])
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name, df in (("sweep", sweep), ("latency", latency), ("accuracy", accuracy)):
+        df.to_csv(a.out / f"probe_{name}.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()
