@@ -22,12 +22,18 @@
 //
 // Per chunk, two barriers:
 //   phase A  V' = U - W S and O = Qg S from S (shared) and the chunk's W, Qg; V' -> shared memory
-//            (meanwhile cp.async brings the chunk's Kd and Aqk)
-//   -------- barrier: V' complete, Kd and Aqk landed
+//   -------- barrier: V' complete
 //   phase B  O += Aqk V' (lower triangle only), O -> global; S = diag(gL) S + Kd^T V' in
-//            registers, S -> shared memory (meanwhile cp.async brings chunk n+1's W, Qg)
-//   -------- barrier: new S, next W and Qg visible
+//            registers, S -> shared memory
+//   -------- barrier: new S visible
+// None of W, Qg, Kd, Aqk depends on S, so cp.async streams them in ahead of use. With two operand
+// stages (C <= 32, where both fit in shared memory) chunk n+1's operands load during all of chunk
+// n. At C = 64 one stage fits: Kd, Aqk load during phase A, the next W, Qg during phase B.
 // U and gL come straight from global memory into registers, U one chunk ahead.
+//
+// The tensor pipe's latency is hidden by independent accumulators: each 3xTF32 product is three
+// dependent MMAs, so the k-steps alternate between two accumulators (summed at the end) and
+// the V' and O products interleave: four independent chains per warp in phase A.
 //
 // Shared-memory row strides are chosen so every fragment load is bank-conflict free: a fragment
 // reads 8 rows x 4 consecutive columns (A, row-major: stride = 4 mod 32) or 4 rows x 8 columns
@@ -114,13 +120,17 @@ struct KdaStateTcLayout {
     static constexpr int LWQ = K + 4;          // W and Qg rows (A operands)
     static constexpr int LKD = K + 8;          // Kd rows (read transposed)
     static constexpr int LA = C + 4;           // Aqk rows (A operand)
+    static constexpr int STAGES = C <= 32 ? 2 : 1;   // operand buffers (two do not fit at C = 64)
     static constexpr int OFF_S = 0;
     static constexpr int OFF_VP = OFF_S + K * LS;
-    static constexpr int OFF_W = OFF_VP + C * LS;
+    static constexpr int OFF_STAGE = OFF_VP + C * LS;
+    // within a stage:
+    static constexpr int OFF_W = 0;
     static constexpr int OFF_Q = OFF_W + C * LWQ;
     static constexpr int OFF_KD = OFF_Q + C * LWQ;
     static constexpr int OFF_A = OFF_KD + C * LKD;
-    static constexpr int FLOATS = OFF_A + C * LA;
+    static constexpr int STAGE_FLOATS = OFF_A + C * LA;
+    static constexpr int FLOATS = OFF_STAGE + STAGES * STAGE_FLOATS;
 };
 
 template <int K, int V, int C, int BV>
@@ -146,10 +156,8 @@ kda_chunk_state_tc(const float* __restrict__ W, const float* __restrict__ U,    
     if (kda_dynamic_smem_size() < (unsigned)(L::FLOATS * sizeof(float))) __trap();
     float* sS = smem + L::OFF_S;     // [K][LS]
     float* sVp = smem + L::OFF_VP;   // [C][LS]
-    float* sW = smem + L::OFF_W;     // [C][LWQ]
-    float* sQ = smem + L::OFF_Q;     // [C][LWQ]
-    float* sKd = smem + L::OFF_KD;   // [C][LKD]
-    float* sA = smem + L::OFF_A;     // [C][LA]
+    // Operand stage of chunk n: W, Qg [C][LWQ], Kd [C][LKD], Aqk [C][LA].
+    auto stage_of = [&](int n) { return smem + L::OFF_STAGE + (n % L::STAGES) * L::STAGE_FLOATS; };
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
@@ -164,25 +172,27 @@ kda_chunk_state_tc(const float* __restrict__ W, const float* __restrict__ U,    
 
     auto load_w_qg = [&](int n) {
         if (n >= NT) return;
+        float* st = stage_of(n);
         const long long base = (bh * Tp + (long long)n * C) * K;
         for (int idx = tid; idx < C * K / 4; idx += NTH) {
             const int i = idx / (K / 4), c = (idx % (K / 4)) * 4;
-            kda_cp_async16(sW + i * L::LWQ + c, W + base + i * K + c);
-            kda_cp_async16(sQ + i * L::LWQ + c, Qg + base + i * K + c);
+            kda_cp_async16(st + L::OFF_W + i * L::LWQ + c, W + base + i * K + c);
+            kda_cp_async16(st + L::OFF_Q + i * L::LWQ + c, Qg + base + i * K + c);
         }
         kda_cp_async_commit();
     };
     auto load_kd_aqk = [&](int n) {
         if (n >= NT) return;
+        float* st = stage_of(n);
         const long long base = (bh * Tp + (long long)n * C) * K;
         for (int idx = tid; idx < C * K / 4; idx += NTH) {
             const int i = idx / (K / 4), c = (idx % (K / 4)) * 4;
-            kda_cp_async16(sKd + i * L::LKD + c, Kd + base + i * K + c);
+            kda_cp_async16(st + L::OFF_KD + i * L::LKD + c, Kd + base + i * K + c);
         }
         const long long abase = (bh * NT + n) * (long long)(C * C);
         for (int idx = tid; idx < C * C / 4; idx += NTH) {
             const int i = idx / (C / 4), j = (idx % (C / 4)) * 4;
-            kda_cp_async16(sA + i * L::LA + j, Aqk + abase + i * C + j);
+            kda_cp_async16(st + L::OFF_A + i * L::LA + j, Aqk + abase + i * C + j);
         }
         kda_cp_async_commit();
     };
@@ -219,24 +229,36 @@ kda_chunk_state_tc(const float* __restrict__ W, const float* __restrict__ U,    
         *reinterpret_cast<float2*>(sS + (srow + 8) * L::LS + col) = x1;
     }
     load_w_qg(0);
+    if (L::STAGES == 2) load_kd_aqk(0);
     fetch_u(0);
     kda_cp_async_wait_all();
-    __syncthreads();   // S, W and Qg of chunk 0 are in shared memory
+    __syncthreads();   // S and chunk 0's operands are in shared memory
 
     for (int n = 0; n < NT; ++n) {
         const long long t0 = (long long)n * C;
-        load_kd_aqk(n);   // into buffers last read before the previous barrier
+        const float* st = stage_of(n);
+        const float* sW = st + L::OFF_W;
+        const float* sQ = st + L::OFF_Q;
+        const float* sKd = st + L::OFF_KD;
+        const float* sA = st + L::OFF_A;
+        // Issue the next loads into buffers whose last reads were before the previous barrier.
+        if (L::STAGES == 2) {
+            load_w_qg(n + 1);
+            load_kd_aqk(n + 1);
+        } else {
+            load_kd_aqk(n);
+        }
         const float gl0 = gL[(bh * NT + n) * K + srow];
         const float gl1 = gL[(bh * NT + n) * K + srow + 8];
 
-        // ---------------- phase A: V' = U - W S, O = Qg S
-        float vacc[TPW][4], oacc[TPW][4];
+        // ---------------- phase A: V' = U - W S, O = Qg S (even and odd k-steps accumulate apart)
+        float vacc[TPW][4], oacc[TPW][4], vacc2[TPW][4], oacc2[TPW][4];
 #pragma unroll
         for (int r = 0; r < TPW; ++r) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 vacc[r][e] = un[r][e];
-                oacc[r][e] = 0.0f;
+                oacc[r][e] = vacc2[r][e] = oacc2[r][e] = 0.0f;
             }
         }
         fetch_u(n + 1);
@@ -245,26 +267,35 @@ kda_chunk_state_tc(const float* __restrict__ W, const float* __restrict__ U,    
             const int tile = warp + r * NW;
             if (tile >= NTILE) continue;                 // warp-uniform: mma.sync needs the whole warp
             const int m0 = (tile / NTL) * 16, c0 = (tile % NTL) * 8;
-#pragma unroll 4
-            for (int kk = 0; kk < K; kk += 8) {
-                float w[4], q[4], s[2], whi[4], wlo[4], qhi[4], qlo[4], shi[2], slo[2];
-                kda_frag_a(sW + m0 * L::LWQ + kk, L::LWQ, g, t, w);
-                kda_frag_a(sQ + m0 * L::LWQ + kk, L::LWQ, g, t, q);
-                kda_frag_b(sS + kk * L::LS + c0, L::LS, g, t, s);
+#pragma unroll 2
+            for (int kk = 0; kk < K; kk += 16) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) w[e] = -w[e];   // V' = U + (-W) S; negation is exact
-                kda_split_tf32(w, whi, wlo);
-                kda_split_tf32(q, qhi, qlo);
-                kda_split_tf32(s, shi, slo);
-                kda_mma_3xtf32(vacc[r], whi, wlo, shi, slo);
-                kda_mma_3xtf32(oacc[r], qhi, qlo, shi, slo);
+                for (int half = 0; half < 2; ++half) {
+                    const int k0 = kk + 8 * half;
+                    float w[4], q[4], s[2], whi[4], wlo[4], qhi[4], qlo[4], shi[2], slo[2];
+                    kda_frag_a(sW + m0 * L::LWQ + k0, L::LWQ, g, t, w);
+                    kda_frag_a(sQ + m0 * L::LWQ + k0, L::LWQ, g, t, q);
+                    kda_frag_b(sS + k0 * L::LS + c0, L::LS, g, t, s);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) w[e] = -w[e];   // V' = U + (-W) S; negation is exact
+                    kda_split_tf32(w, whi, wlo);
+                    kda_split_tf32(q, qhi, qlo);
+                    kda_split_tf32(s, shi, slo);
+                    kda_mma_3xtf32(half ? vacc2[r] : vacc[r], whi, wlo, shi, slo);
+                    kda_mma_3xtf32(half ? oacc2[r] : oacc[r], qhi, qlo, shi, slo);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                vacc[r][e] += vacc2[r][e];
+                oacc[r][e] += oacc2[r][e];
             }
             *reinterpret_cast<float2*>(sVp + (m0 + g) * L::LS + c0 + 2 * t) = make_float2(vacc[r][0], vacc[r][1]);
             *reinterpret_cast<float2*>(sVp + (m0 + g + 8) * L::LS + c0 + 2 * t) = make_float2(vacc[r][2], vacc[r][3]);
         }
-        kda_cp_async_wait_all();
-        __syncthreads();   // V' complete; Kd and Aqk of chunk n landed; nobody reads W, Qg, S any more
-        load_w_qg(n + 1);
+        if (L::STAGES == 1) kda_cp_async_wait_all();
+        __syncthreads();   // V' complete (one stage: Kd and Aqk of chunk n landed, W and Qg are free)
+        if (L::STAGES == 1) load_w_qg(n + 1);
 
         // ---------------- phase B.1: O += Aqk V' (Aqk[i][j] = 0 for j > i: skip k-blocks past the tile)
 #pragma unroll
@@ -314,7 +345,7 @@ kda_chunk_state_tc(const float* __restrict__ W, const float* __restrict__ U,    
             *reinterpret_cast<float2*>(sS + (srow + 8) * L::LS + col) = make_float2(sacc[nt][2], sacc[nt][3]);
         }
         kda_cp_async_wait_all();
-        __syncthreads();   // the new S and chunk n+1's W, Qg are visible; V', Kd, Aqk are free again
+        __syncthreads();   // the new S and chunk n+1's operands are visible; V' is free again
     }
 
     if (ht) {

@@ -85,8 +85,10 @@ def state_smem_floats(K: int, V: int, C: int, BV: int) -> int:
 
 def state_tc_smem_floats(K: int, V: int, C: int, BV: int) -> int:
     """Dynamic shared memory of ``kda_chunk_state_tc`` in floats (mirrors ``KdaStateTcLayout``):
-    S [K][BV+8], V' [C][BV+8], W and Qg [C][K+4], Kd [C][K+8], Aqk [C][C+4]."""
-    return K * (BV + 8) + C * (BV + 8) + 2 * C * (K + 4) + C * (K + 8) + C * (C + 4)
+    S [K][BV+8], V' [C][BV+8], then per operand stage (two up to C = 32, one at C = 64) W and Qg
+    [C][K+4], Kd [C][K+8], Aqk [C][C+4]."""
+    stages = 2 if C <= 32 else 1
+    return K * (BV + 8) + C * (BV + 8) + stages * (2 * C * (K + 4) + C * (K + 8) + C * (C + 4))
 
 
 def resolve_state_kernel(state: str, chunk_size: int, compute_capability: int) -> str:
