@@ -43,13 +43,6 @@
 #include "delta_common.cuh"
 
 #ifndef KDA_HOST_EMULATION
-// x rounded to TF32 (10 mantissa bits, round to nearest, ties away), as an fp32 bit pattern.
-static __device__ __forceinline__ float kda_to_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-}
-
 // d += A B for one 16 x 8 x 8 tile; a, b are TF32 values in the m16n8k8 fragment layout:
 // with g = lane / 4, t = lane % 4:  a = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4];
 // b = B[t][g], B[t+4][g];  d = D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1].
@@ -75,13 +68,19 @@ static __device__ __forceinline__ void kda_cp_async_wait_all() {
 }
 #endif
 
-// x = hi + lo, both TF32 (see the header).
+// x = hi + lo for the MMA. hi is x rounded to TF32 (nearest, ties away) by integer arithmetic:
+// add half a TF32 ulp to the bit pattern, clear the 13 low bits. lo = x - hi is exact in fp32;
+// it goes to the MMA unrounded, which reads only its top 10 mantissa bits (the tensor core
+// truncates), an error of at most 2^-21 |x|. This is CUTLASS's "round half ulp, truncate" trick:
+// cvt.rna.tf32.f32 would round too, but it is a conversion, which issues at a fraction of the
+// integer/FP32 rate, and 3xTF32 splits every operand it loads. (Operands here are far from
+// FLT_MAX, where the added half ulp could carry into the exponent.)
 template <int N>
 static __device__ __forceinline__ void kda_split_tf32(const float (&x)[N], float (&hi)[N], float (&lo)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-        hi[i] = kda_to_tf32(x[i]);
-        lo[i] = kda_to_tf32(x[i] - hi[i]);
+        hi[i] = __uint_as_float((__float_as_uint(x[i]) + 0x1000u) & 0xffffe000u);
+        lo[i] = x[i] - hi[i];
     }
 }
 

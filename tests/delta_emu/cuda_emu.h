@@ -67,13 +67,8 @@ inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); retur
 
 // ---- tensor-core and cp.async stand-ins for kernels/delta/05_chunk_state_tc.cu
 inline unsigned emu_bits(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
-// cvt.rna.tf32.f32: keep 10 mantissa bits, round to nearest, ties away from zero (sign-magnitude,
-// so adding half an ulp to the magnitude and truncating does exactly that).
-inline float kda_to_tf32(float x) {
-    unsigned u = emu_bits(x);
-    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-    return __int_as_float(u);
-}
+inline unsigned __float_as_uint(float x) { return emu_bits(x); }
+inline float __uint_as_float(unsigned u) { return __int_as_float(u); }
 // mma.sync.m16n8k8 tf32: every lane posts its fragments, then computes its four outputs from the
 // whole warp's. Like the hardware, operand bits below TF32 precision are ignored (truncated), so
 // a kernel that forgets to split or round its operands loses accuracy here too.
