@@ -143,7 +143,8 @@ def test_default_value_block_keeps_half_the_gpu_busy():
     assert dk.default_bv(2, 16, 128, 132) == 32     # 128 blocks of 32 columns on 132 SMs
     assert dk.default_bv(1, 2, 128, 132) == 16      # 8 blocks of 32 would idle most SMs
     assert dk.default_bv(8, 16, 128, 132) == 32
-    assert dk.solve_cols_per_thread(64) == 2 and dk.solve_cols_per_thread(128) == 1
+    assert dk.solve_cols_per_thread(16) == 2 and dk.solve_cols_per_thread(32) == 1
+    assert dk.solve_cols_per_thread(128) == 1
 
 
 def test_workspace_shapes_pad_the_last_chunk():

@@ -133,7 +133,7 @@ struct KdaStateTcLayout {
 };
 
 template <int K, int V, int C, int BV>
-__global__ void __launch_bounds__(2 * K)
+__global__ void __launch_bounds__(2 * K, 1)
 kda_chunk_state_tc(const float* __restrict__ W, const float* __restrict__ U,     // [B,H,Tp,K], [B,H,Tp,V]
                    const float* __restrict__ Qg, const float* __restrict__ Kd,   // [B,H,Tp,K]
                    const float* __restrict__ Aqk,                                // [B,H,NT,C,C]
@@ -250,14 +250,14 @@ kda_chunk_state_tc(const float* __restrict__ W, const float* __restrict__ U,    
         const float gl0 = gL[(bh * NT + n) * K + srow];
         const float gl1 = gL[(bh * NT + n) * K + srow + 8];
 
-        // ---------------- phase A: V' = U - W S, O = Qg S (even and odd k-steps accumulate apart)
-        float vacc[TPW][4], oacc[TPW][4], vacc2[TPW][4], oacc2[TPW][4];
+        // ---------------- phase A: P = W S, O = Qg S (even and odd k-steps accumulate apart), V' = U - P
+        float vacc[TPW][4], oacc[TPW][4], vacc2[TPW][4], oacc2[TPW][4], u[TPW][4];
 #pragma unroll
         for (int r = 0; r < TPW; ++r) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                vacc[r][e] = un[r][e];
-                oacc[r][e] = vacc2[r][e] = oacc2[r][e] = 0.0f;
+                u[r][e] = un[r][e];
+                vacc[r][e] = oacc[r][e] = vacc2[r][e] = oacc2[r][e] = 0.0f;
             }
         }
         fetch_u(n + 1);
@@ -266,27 +266,26 @@ kda_chunk_state_tc(const float* __restrict__ W, const float* __restrict__ U,    
             const int tile = warp + r * NW;
             if (tile >= NTILE) continue;                 // warp-uniform: mma.sync needs the whole warp
             const int m0 = (tile / NTL) * 16, c0 = (tile % NTL) * 8;
+            // One k-step of both products into the given accumulators.
+            auto k_step = [&](int k0, float (&pv)[4], float (&po)[4]) {
+                float w[4], q[4], s[2], whi[4], wlo[4], qhi[4], qlo[4], shi[2], slo[2];
+                kda_frag_a(sW + m0 * L::LWQ + k0, L::LWQ, g, t, w);
+                kda_frag_a(sQ + m0 * L::LWQ + k0, L::LWQ, g, t, q);
+                kda_frag_b(sS + k0 * L::LS + c0, L::LS, g, t, s);
+                kda_split_tf32(w, whi, wlo);
+                kda_split_tf32(q, qhi, qlo);
+                kda_split_tf32(s, shi, slo);
+                kda_mma_3xtf32(pv, whi, wlo, shi, slo);
+                kda_mma_3xtf32(po, qhi, qlo, shi, slo);
+            };
 #pragma unroll 2
             for (int kk = 0; kk < K; kk += 16) {
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int k0 = kk + 8 * half;
-                    float w[4], q[4], s[2], whi[4], wlo[4], qhi[4], qlo[4], shi[2], slo[2];
-                    kda_frag_a(sW + m0 * L::LWQ + k0, L::LWQ, g, t, w);
-                    kda_frag_a(sQ + m0 * L::LWQ + k0, L::LWQ, g, t, q);
-                    kda_frag_b(sS + k0 * L::LS + c0, L::LS, g, t, s);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) w[e] = -w[e];   // V' = U + (-W) S; negation is exact
-                    kda_split_tf32(w, whi, wlo);
-                    kda_split_tf32(q, qhi, qlo);
-                    kda_split_tf32(s, shi, slo);
-                    kda_mma_3xtf32(half ? vacc2[r] : vacc[r], whi, wlo, shi, slo);
-                    kda_mma_3xtf32(half ? oacc2[r] : oacc[r], qhi, qlo, shi, slo);
-                }
+                k_step(kk, vacc[r], oacc[r]);
+                k_step(kk + 8, vacc2[r], oacc2[r]);
             }
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                vacc[r][e] += vacc2[r][e];
+                vacc[r][e] = u[r][e] - (vacc[r][e] + vacc2[r][e]);   // V'
                 oacc[r][e] += oacc2[r][e];
             }
             *reinterpret_cast<float2*>(sVp + (m0 + g) * L::LS + c0 + 2 * t) = make_float2(vacc[r][0], vacc[r][1]);

@@ -68,8 +68,13 @@ def default_bv(B: int, H: int, V: int, num_sms: int = 132) -> int:
 
 
 def solve_cols_per_thread(C: int) -> int:
-    """Columns per thread in the triangular solve: 2 (x[2][C] in registers) up to C = 64, else 1."""
-    return 2 if C <= 64 else 1
+    """Columns per thread in the triangular solve: 2 at C = 16, else 1.
+
+    Two columns give each thread two independent update chains, which pays when the chain is short;
+    from C = 32 on, the doubled register footprint (fewer resident blocks) costs more than it
+    brings: one column per thread was faster at C = 32 and 64, slower at C = 16, on the H200 at
+    issue 5's shape (``scripts/probe_delta_state.py --solve-cpt`` measures it)."""
+    return 2 if C <= 16 else 1
 
 
 def state_smem_floats(K: int, V: int, C: int, BV: int) -> int:
