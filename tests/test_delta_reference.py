@@ -173,3 +173,36 @@ def test_random_inputs_properties():
     assert np.all(x["g"] < 0) and np.all((x["beta"] > 0) & (x["beta"] < 1))
     with pytest.raises(ValueError, match="gate"):
         random_inputs(1, 2, 1, 4, 4, gate="const", gate_value=1.0)
+
+
+# ----------------------------------------------------------------------------- TF32 emulation
+
+def test_tf32_rounding_and_truncation_bits():
+    from attnlab.delta.tf32 import round_tf32, split_tf32, truncate_tf32
+
+    ulp = 2.0 ** -10                                  # TF32 ulp at 1
+    x = np.array([1 + ulp / 2, -(1 + ulp / 2), 1 + ulp / 2 - 2 ** -20, 1 + 0.75 * ulp, 3.0], np.float32)
+    assert list(round_tf32(x)) == [1 + ulp, -(1 + ulp), 1.0, 1 + ulp, 3.0]      # ties away from zero
+    assert list(truncate_tf32(x)) == [1.0, -1.0, 1.0, 1.0, 3.0]
+    assert round_tf32(np.float32(1.5)).shape == ()
+    rng = np.random.default_rng(1)
+    y = (rng.standard_normal(1000) * 10.0 ** rng.integers(-20, 20, 1000)).astype(np.float32)
+    hi, lo = split_tf32(y)
+    assert np.array_equal(hi + lo, y)                 # the split is exact
+    assert np.array_equal(round_tf32(hi), hi)         # hi is a TF32 number
+    assert np.all(np.abs(lo) <= np.abs(hi) * 2.0 ** -11)
+
+
+def test_3xtf32_reaches_fp32_accuracy_where_one_pass_does_not():
+    from attnlab.delta.tf32 import matmul_tf32
+
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((32, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 32)).astype(np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    err = lambda m: np.linalg.norm(m - ref) / np.linalg.norm(ref)  # noqa: E731
+    assert err(matmul_tf32(a, b, passes=1)) > 1e-4
+    assert err(matmul_tf32(a, b, passes=1, round_operands=True)) > 1e-4
+    assert err(matmul_tf32(a, b, passes=3)) < 1e-6
+    with pytest.raises(ValueError, match="passes"):
+        matmul_tf32(a, b, passes=2)
