@@ -7,6 +7,7 @@ log-space gates g ``[B, T, H, K]`` (≤ 0), beta ``[B, T, H]``, state ``[B, H, K
 * :mod:`.chunk` — the chunked (UT/WY) form in float64, plus a float32 mirror of the CUDA
   kernels' stages (same blocking, same intermediate layouts) for CPU checks;
 * :mod:`.kernels` — validation and launchers for ``kernels/delta/*.cu`` (needs CuPy and a GPU);
+* :mod:`.tf32` — TF32 rounding and 3xTF32 products in NumPy (the tensor-core state pass's numerics);
 * :mod:`.model` — FLOPs, transcendentals and bytes per token for each form.
 """
 

@@ -15,7 +15,10 @@ counted: they should hit L2).
 
 At K = V = 128, C = 64 the chunked form does ~1.3× the FLOPs of the recurrent one and moves
 ~3.4× the bytes: in fp32 SIMT its advantage is not arithmetic but parallelism (T/C sequential
-steps instead of T), and tensor-core-shaped work (which this fp32 lab does not use).
+steps instead of T), and tensor-core-shaped work: the state pass's products are small matrix
+products, which ``05_chunk_state_tc.cu`` runs on tensor cores (3xTF32: each counted FLOP is executed
+three times there, at the tensor cores' rate). The counts below are the algorithm's, whichever
+units run them.
 """
 
 from __future__ import annotations
