@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""GPU smoke test of the Kimi Delta Attention kernels (kernels/delta/01-04) and, when installed,
+"""GPU smoke test of the Kimi Delta Attention kernels (kernels/delta/01-05; the chunked form with
+its default state pass, 05 on tensor cores where it runs) and, when installed,
 a head-to-head with flash-linear-attention's chunk_kda / fused_recurrent_kda.
 
     PYTHONPATH=lib python scripts/smoke_delta.py                 # everything
