@@ -49,8 +49,9 @@ STATE_TC_SRC = "delta/05_chunk_state_tc.cu"
 
 # ----------------------------------------------------------------------------- configuration
 
-#: Default chunk: C=32 was the fastest total on the H200 smoke run at T=4096 (the intra-chunk
-#: matrices and the triangular solve grow as C², the state pass as 1/C); notebook 07 sweeps C.
+#: Default chunk: C=32 (with BV=32 and the tensor-core state pass) is the fastest total in notebook
+#: 07's recorded H200 sweep at issue 5's shape. The intra-chunk pair work and the solve grow with C
+#: per token; the state pass's per-chunk overhead (two barriers, fragment loads) shrinks as 1/C.
 DEFAULT_CHUNK = 32
 
 def default_rg(K: int) -> int:
