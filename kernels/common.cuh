@@ -32,3 +32,43 @@ static __device__ __forceinline__ float warp_allreduce_max(float x) {
 static __device__ __forceinline__ long long head_offset(long long bh, int n, int d) {
     return bh * (long long)n * (long long)d;
 }
+
+// ---- cp.async: 16-byte global -> shared copies that complete asynchronously (sm_80+).
+// A thread's copies are grouped by cp_async_commit(); cp_async_wait<N>() returns once all but the
+// newest N of its groups have landed. A barrier must follow before other threads read them.
+// Before sm_80 (and in nvcc's host pass) the copy is a plain synchronous load/store, so the same
+// schedule and barriers still compute the right result. The CPU model (tests/ladder_emu/) defines
+// ATTNLAB_HOST_EMULATION and supplies versions that really defer each copy to its wait.
+#ifndef ATTNLAB_HOST_EMULATION
+static __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem_src) : "memory");
+#else
+    *reinterpret_cast<float4*>(smem_dst) = *reinterpret_cast<const float4*>(gmem_src);
+#endif
+}
+// As cp_async16, but writes 16 zero bytes (reading nothing) when !valid: rows past the end.
+static __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* gmem_src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+    const int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
+                 : "memory");
+#else
+    *reinterpret_cast<float4*>(smem_dst) =
+        valid ? *reinterpret_cast<const float4*>(gmem_src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+}
+static __device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+static __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+#endif  // ATTNLAB_HOST_EMULATION

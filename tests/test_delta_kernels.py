@@ -466,3 +466,46 @@ def test_correctness_grid_covers_the_edge_cases():
     assert {c["gate"] for c in cases} == {"logsigmoid", "const", "mixed", "strong"}
     assert {c["chunk_size"] for c in cases} == set(dk.SUPPORTED_CHUNK)
     assert any(c["init"] for c in cases) and any(not c["init"] for c in cases)
+
+
+# ----------------------------------------------------------------------------- CPU emulation, sanitized
+
+# One small case of the emulation built with AddressSanitizer + UBSan. The model's dynamic shared
+# memory is a vector of exactly the launch's bytes and every input, workspace and output is sized
+# exactly, so any read or write past one of them (or undefined behaviour) aborts the run.
+# T = 17 with C = 16: a last chunk of one step; B = 2; an initial state.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+SANITIZER_REPORT = ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer", "LeakSanitizer")
+
+
+def test_cuda_kernels_under_sanitizers(emu_build_dir, tmp_path):
+    import os
+
+    B, T, H, K, V, C, BV, RG, CPT, gate, init = 2, 17, 1, 32, 32, 16, 16, 8, 2, "logsigmoid", True
+    exe = emu_build_dir / f"harness_asan_{K}_{V}_{C}_{BV}_{RG}_{CPT}"
+    if not exe.exists():
+        probe = tmp_path / "probe.cpp"
+        probe.write_text("int main() { return 0; }\n")
+        if subprocess.run(["g++", *SANITIZE_FLAGS, str(probe), "-o", str(tmp_path / "probe")],
+                          capture_output=True).returncode != 0:
+            pytest.skip("g++ cannot build with -fsanitize=address,undefined here (libasan/libubsan missing)")
+        cmd = ["g++", "-std=c++20", "-O1", "-pthread", *SANITIZE_FLAGS, "-include", str(EMU_DIR / "cuda_emu.h"),
+               "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_C={C}",
+               f"-DEMU_BV={BV}", f"-DEMU_RG={RG}", f"-DEMU_CPT={CPT}", str(EMU_DIR / "harness.cpp"),
+               "-o", str(exe)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-3000:]
+    x = random_inputs(B, T, H, K, V, seed=T, gate=gate, initial_state=init)
+    for n in ["q", "k", "v", "g", "beta", "initial_state"]:
+        x[n].tofile(tmp_path / ("h0" if n == "initial_state" else n))
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1",
+           "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    res = subprocess.run([str(exe), str(tmp_path), str(B), str(T), str(H), repr(K ** -0.5), "1"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    report = [line for line in res.stderr.splitlines() if any(s in line for s in SANITIZER_REPORT)]
+    assert res.returncode == 0 and not report, f"sanitizer report (exit {res.returncode}):\n{res.stderr[-6000:]}"
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    read = lambda n, shape: np.fromfile(tmp_path / n, dtype=np.float32).reshape(shape)  # noqa: E731
+    for o, s in (("rec_o", "rec_ht"), ("o", "ht"), ("tc_o", "tc_ht")):
+        assert rel(read(o, (B, T, H, V)), ref_o) < 2e-6, o
+        assert rel(read(s, (B, H, K, V)), ref_s) < 2e-6, s

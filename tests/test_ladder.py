@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from attnlab import ladder
+from attnlab.seed import SEED_TILES
 from attnlab.ladder import Verdict
 
 
@@ -107,7 +108,7 @@ def timing(ms: dict, B=2, H=8, tiles=True) -> pd.DataFrame:
     """{(kernel, D, N): ms} -> a timing table like bench.time_grid writes."""
     rows = []
     for (k, D, N), t in ms.items():
-        tr, tkv = ladder.SEED_TILES[D] if (tiles and k in ladder.TILED_FAMILY) else (0, 0)
+        tr, tkv = SEED_TILES[D] if (tiles and k in ladder.TILED_FAMILY) else (0, 0)
         rows.append(dict(kernel=k, B=B, H=H, D=D, N=N, tile_rows=tr, tile_kv=tkv, median_ms=t))
     return pd.DataFrame(rows)
 

@@ -77,3 +77,53 @@ def test_ladder_kernels_on_cpu_model(case, build, tmp_path):
     for name in KERNELS[1:]:
         diff = float(np.abs(outs[name] - outs["naive"]).max())
         assert diff == 0.0, f"{name} differs from naive by up to {diff:.2e}: the arithmetic order changed"
+
+
+# ----------------------------------------------------------------------------- sanitizers
+
+# One small odd shape built with AddressSanitizer + UBSan: a read or write past q/k/v/o (vectors
+# of exactly B·H·N·D floats) or past the dynamic shared memory a launch asked for (the model's
+# `smem` array beyond it is poisoned by tests/sanitize/smem_guard.h), or undefined behaviour,
+# aborts the run. N = 13 with TILE_ROWS = 4, TILE_KV = 8: a last row tile of one row (three idle
+# warps) and a last K/V tile of five keys, in the last of two heads (whose over-reads leave the
+# arrays rather than land in the next head).
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+SANITIZE_ENV = {"ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1:abort_on_error=0",
+                "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+SANITIZE_CASE = ((32, 4, 8), (1, 2, 13))
+SANITIZER_REPORT = ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer", "LeakSanitizer")
+
+
+def _sanitizers_work(tmp_path) -> bool:
+    probe = tmp_path / "probe.cpp"
+    probe.write_text("#include <sanitizer/asan_interface.h>\nint main() { return 0; }\n")
+    res = subprocess.run([GXX, *SANITIZE_FLAGS, str(probe), "-o", str(tmp_path / "probe")],
+                         capture_output=True, text=True)
+    return res.returncode == 0
+
+
+def test_ladder_kernels_under_sanitizers(tmp_path):
+    import os
+
+    if not _sanitizers_work(tmp_path):
+        pytest.skip("g++ cannot build with -fsanitize=address,undefined here (libasan/libubsan missing)")
+    (D, tr, tk), (B, H, N) = SANITIZE_CASE
+    exe = tmp_path / "harness_asan"
+    cmd = [GXX, "-std=c++20", "-O1", "-pthread", *SANITIZE_FLAGS, "-include", str(EMU_DIR / "ladder_emu.h"),
+           "-include", str(REPO_ROOT / "tests" / "sanitize" / "smem_guard.h"),
+           f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_TR={tr}", f"-DEMU_TK={tk}",
+           str(EMU_DIR / "harness.cpp"), "-o", str(exe)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, f"sanitizer build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
+    rng = np.random.default_rng(N * D + tr)
+    q, k, v = (rng.standard_normal((B, H, N, D), dtype=np.float32) for _ in range(3))
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        a.tofile(tmp_path / name)
+    res = subprocess.run([str(exe), str(tmp_path), str(B), str(H), str(N)], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, **SANITIZE_ENV})
+    report = [line for line in res.stderr.splitlines() if any(s in line for s in SANITIZER_REPORT)]
+    assert res.returncode == 0 and not report, f"sanitizer report (exit {res.returncode}):\n{res.stderr[-6000:]}"
+    ref = attention_fp64(q, k, v)
+    for name in KERNELS:
+        o = np.fromfile(tmp_path / f"o_{name}", dtype=np.float32).reshape(B, H, N, D)
+        assert np.isfinite(o).all() and rel_error(o, ref) < 1e-5, name

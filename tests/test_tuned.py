@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from attnlab import tuned
+from attnlab import tile_scan, tuned
 
 
 def _scan():
@@ -24,7 +24,7 @@ def _scan():
 
 
 def test_best_tiles_geometric_score():
-    best = tuned.best_tiles_from_scan(_scan()).set_index(["kernel", "D"])
+    best = tile_scan.best_tiles_from_scan(_scan()).set_index(["kernel", "D"])
     t = best.loc[("tiled", 64)]
     assert (t.tile_rows, t.tile_kv) == (8, 16)
     assert t.N == 4096 and t.median_ms == 10.0
@@ -36,26 +36,26 @@ def test_best_tiles_geometric_score():
 
 
 def test_best_tiles_at_one_n():
-    best = tuned.best_tiles_from_scan(_scan(), N=512).set_index(["kernel", "D"])
+    best = tile_scan.best_tiles_from_scan(_scan(), N=512).set_index(["kernel", "D"])
     assert tuple(best.loc[("tiled", 64)][["tile_rows", "tile_kv"]]) == (8, 32)
 
 
 def test_best_tiles_errors():
     with pytest.raises(ValueError, match="lacks column"):
-        tuned.best_tiles_from_scan(pd.DataFrame({"kernel": ["x"]}))
+        tile_scan.best_tiles_from_scan(pd.DataFrame({"kernel": ["x"]}))
     with pytest.raises(ValueError, match="no measured rows"):
-        tuned.best_tiles_from_scan(_scan(), N=999)
+        tile_scan.best_tiles_from_scan(_scan(), N=999)
     # a tile measured at one N only cannot compete when two N were scanned
     df = pd.DataFrame([dict(kernel="k", D=32, N=512, tile_rows=8, tile_kv=8, median_ms=1.0),
                        dict(kernel="k", D=32, N=4096, tile_rows=8, tile_kv=16, median_ms=1.0)])
     with pytest.raises(ValueError, match="every N"):
-        tuned.best_tiles_from_scan(df)
+        tile_scan.best_tiles_from_scan(df)
 
 
 def test_round_trip_and_lookup(tmp_path):
     assert tuned.lookup("h200", "tiled", 64, tmp_path) is None          # no file: None
-    best = tuned.best_tiles_from_scan(_scan())
-    path = tuned.write_from_scan("h200", best, date="2026-11-29T08:00:00Z", commit="abc", tuned_dir=tmp_path)
+    best = tile_scan.best_tiles_from_scan(_scan())
+    path = tile_scan.write_from_scan("h200", best, date="2026-11-29T08:00:00Z", commit="abc", tuned_dir=tmp_path)
     assert path == tmp_path / "h200.json"
     assert tuned.lookup("h200", "tiled", 64, tmp_path) == (8, 16)
     assert tuned.lookup("h200", "vec_padded", 128, tmp_path) == (16, 8)
@@ -69,12 +69,12 @@ def test_round_trip_and_lookup(tmp_path):
 
 
 def test_merge_keeps_other_entries(tmp_path):
-    tuned.write_from_scan("h200", tuned.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
+    tile_scan.write_from_scan("h200", tile_scan.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
     only = pd.DataFrame([dict(kernel="tiled", D=32, tile_rows=4, tile_kv=64, median_ms=1.0, N=512, score=1.0)])
-    tuned.write_from_scan("h200", only, commit="b", tuned_dir=tmp_path)
+    tile_scan.write_from_scan("h200", only, commit="b", tuned_dir=tmp_path)
     assert tuned.lookup("h200", "tiled", 64, tmp_path) == (8, 16)
     assert tuned.lookup("h200", "tiled", 32, tmp_path) == (4, 64)
-    tuned.write_from_scan("h200", only, commit="c", tuned_dir=tmp_path, merge=False)
+    tile_scan.write_from_scan("h200", only, commit="c", tuned_dir=tmp_path, merge=False)
     assert tuned.lookup("h200", "tiled", 64, tmp_path) is None
 
 
@@ -84,7 +84,7 @@ def test_launcher_takes_tuned_tiles_then_the_seeds(tmp_path, monkeypatch):
     monkeypatch.setattr(tuned.paths, "TUNED_DIR", tmp_path)
     assert attention.resolve_tiles("tiled", 32, gpu="h200") == (8, 32, "default")
     assert attention.resolve_tiles("tiled", 128, gpu="h200") == (8, 8, "default")
-    tuned.write_from_scan("h200", tuned.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
+    tile_scan.write_from_scan("h200", tile_scan.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
     assert attention.resolve_tiles("vec_padded", 128, gpu="h200") == (16, 8, "tuned")
     assert attention.resolve_tiles("vec_padded", 128, 4, 16, gpu="h200") == (4, 16, "caller")
     assert attention.resolve_tiles("vec_padded", 128, gpu=None)[2] == "default"
@@ -110,7 +110,7 @@ def test_recorded_h200_tiles_are_what_the_launcher_uses():
     (lambda d: d["entries"]["tiled"]["64"].update(median_ms=float("nan")), "median_ms"),
 ], ids=["schema", "gpu", "entries-list", "bad-D", "no-commit", "zero-kv", "float-rows", "neg-ms", "nan-ms"])
 def test_validation_errors(tmp_path, mutate, match):
-    tuned.write_from_scan("h200", tuned.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
+    tile_scan.write_from_scan("h200", tile_scan.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
     path = tmp_path / "h200.json"
     data = json.loads(path.read_text())
     mutate(data)
@@ -132,7 +132,7 @@ def test_corrupt_json_and_wrong_gpu(tmp_path):
 
 
 def test_failed_save_leaves_old_file(tmp_path):
-    tuned.write_from_scan("h200", tuned.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
+    tile_scan.write_from_scan("h200", tile_scan.best_tiles_from_scan(_scan()), commit="a", tuned_dir=tmp_path)
     before = (tmp_path / "h200.json").read_text()
     bad = tuned.empty("h200")
     bad["entries"] = {"tiled": {"64": {"tile_rows": 8}}}
@@ -150,18 +150,18 @@ def test_bad_slug(slug):
 # ------------------------------------------------------------------ scan helpers (notebook 05)
 
 def test_scan_configs_geometry():
-    c = tuned.scan_configs(["tiled", "vec_padded"], [32, 128])
+    c = tile_scan.scan_configs(["tiled", "vec_padded"], [32, 128])
     assert len(c) == 2 * 2 * 6 * 5
     r = c[(c.kernel == "tiled") & (c.D == 128) & (c.tile_rows == 32) & (c.tile_kv == 128)].iloc[0]
     assert r.block_threads == 1024 and r.dynamic_smem == (32 + 2 * 128) * 128 * 4 and r.fits
     p = c[(c.kernel == "vec_padded") & (c.D == 32) & (c.tile_rows == 8) & (c.tile_kv == 32)].iloc[0]
     assert p.dynamic_smem == (8 + 64) * 36 * 4                      # rows padded by 4 floats
-    t75 = tuned.scan_configs(["tiled"], [128], arch="sm_75")
+    t75 = tile_scan.scan_configs(["tiled"], [128], arch="sm_75")
     # on Turing (64 KB per block) the large tiles do not fit
     assert not t75[(t75.tile_rows == 32) & (t75.tile_kv == 128)]["fits"].iloc[0]
     assert t75[(t75.tile_rows == 8) & (t75.tile_kv == 8)]["fits"].iloc[0]
     with pytest.raises(ValueError, match="no tiles"):
-        tuned.scan_configs(["naive"], [64])
+        tile_scan.scan_configs(["naive"], [64])
 
 
 def _timing():
@@ -176,36 +176,36 @@ def _timing():
 
 def test_heatmap_and_verdict():
     t = _timing()
-    h = tuned.heatmap_frame(t, "tiled", 64, 512)
+    h = tile_scan.heatmap_frame(t, "tiled", 64, 512)
     assert list(h.index) == [4, 8] and list(h.columns) == [16, 32, 64]
     assert h.loc[8, 32] == 1.0
-    best = tuned.best_tiles_from_scan(t)
+    best = tile_scan.best_tiles_from_scan(t)
     assert list(best["tile_kv"]) == [64, 32, 16]
-    table, s = tuned.verdict_tile_kv_shrinks(best)
+    table, s = tile_scan.verdict_tile_kv_shrinks(best)
     assert s["holds_for_all"] and bool(table["shrinks"].iloc[0])
     assert "64 / 32 / 16" in s["text"] and "32 / 16 / 8" in s["text"]         # seed beside
     flat = best.assign(tile_kv=[32, 32, 32])
-    assert not tuned.verdict_tile_kv_shrinks(flat)[1]["holds_for_any"]
+    assert not tile_scan.verdict_tile_kv_shrinks(flat)[1]["holds_for_any"]
     grows = best.assign(tile_kv=[16, 32, 8])
-    assert not tuned.verdict_tile_kv_shrinks(grows)[1]["holds_for_any"]
+    assert not tile_scan.verdict_tile_kv_shrinks(grows)[1]["holds_for_any"]
 
 
 def test_plot_heatmaps_runs():
     import matplotlib
     matplotlib.use("Agg")
-    fig = tuned.plot_heatmaps(_timing(), "tiled", 512, best={64: (8, 32)}, seed_best={64: (8, 16)})
+    fig = tile_scan.plot_heatmaps(_timing(), "tiled", 512, best={64: (8, 32)}, seed_best={64: (8, 16)})
     assert len(fig.axes) == 6          # 3 heatmaps + 3 colour bars
     import matplotlib.pyplot as plt
     plt.close(fig)
 
 
 def test_default_vs_tuned(tmp_path):
-    tuned.write_from_scan("h200", pd.DataFrame([dict(kernel="tiled", D=64, tile_rows=16, tile_kv=32,
+    tile_scan.write_from_scan("h200", pd.DataFrame([dict(kernel="tiled", D=64, tile_rows=16, tile_kv=32,
                                                      median_ms=1.0, N=512, score=1.0),
                                                 dict(kernel="tiled", D=32, tile_rows=8, tile_kv=32,
                                                      median_ms=1.0, N=512, score=1.0)]),
                           commit="x", tuned_dir=tmp_path)
-    d = tuned.default_vs_tuned(["tiled"], [32, 64, 128], "h200", tmp_path).set_index("D")
+    d = tile_scan.default_vs_tuned(["tiled"], [32, 64, 128], "h200", tmp_path).set_index("D")
     assert bool(d.loc[64, "differs"]) and not bool(d.loc[32, "differs"])
     assert d.loc[128, "tuned_rows"] is None or pd.isna(d.loc[128, "tuned_rows"])
 
@@ -216,17 +216,17 @@ def test_driver_check_table():
                              model_blocks=8, agree=True, limiter="warps", occupancy=1.0, theo_occupancy=1.0,
                              skipped=""),
                         dict(kernel="tiled", D=128, tile_rows=32, tile_kv=128, skipped="too big")])
-    t = tuned.driver_check_table(per)
+    t = tile_scan.driver_check_table(per)
     assert len(t) == 1 and t["driver_blocks"].iloc[0] == 8
     from attnlab.occupancy import recheck_recorded
     assert recheck_recorded(t)["agree_now"].all()
 
 
 def test_default_vs_tuned_override_and_gain_summary(tmp_path):
-    d = tuned.default_vs_tuned(["tiled"], [64], "h200", tmp_path, tuned_tiles={("tiled", 64): (4, 32)})
+    d = tile_scan.default_vs_tuned(["tiled"], [64], "h200", tmp_path, tuned_tiles={("tiled", 64): (4, 32)})
     assert (d["tuned_rows"].iloc[0], d["tuned_kv"].iloc[0], bool(d["differs"].iloc[0])) == (4, 32, True)
     gain = pd.DataFrame([dict(kernel="tiled", D=64, N=n, default_tiles="8x16", tuned_tiles="4x32",
                               default_ms=2.0 * f, tuned_ms=1.0 * f, gain=2.0 if n < 1000 else 0.5)
                          for n, f in ((256, 1), (4096, 10))])
-    s = tuned.gain_summary(gain).iloc[0]
+    s = tile_scan.gain_summary(gain).iloc[0]
     assert s.geomean_gain == pytest.approx(1.0) and s.min_gain == 0.5 and s.max_gain == 2.0 and s.points == 2

@@ -10,31 +10,74 @@ written by notebook 05) or else the seed's per-head-dim default.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from . import tuned as tuned_store
+from .seed import SEED_TILES
+from .arrays import (BFLOAT16, FLOAT16, FLOAT32, array_kind, as_cupy, data_ptr, device_id, dtype_name,
+                     is_contiguous, require_device)
 
 SUPPORTED_HEAD_DIMS = (32, 64, 128)
 TILE_ROWS_CHOICES = (1, 2, 4, 8, 16, 32)
 TILE_KV_CHOICES = (8, 16, 32, 64, 128)
-#: Seed 000's D-adaptive tiles (TILE_ROWS, TILE_KV), found on a GTX 1660 Ti.
-DEFAULT_TILES = {32: (8, 32), 64: (8, 16), 128: (8, 8)}
+#: The ladder kernels' default tiles where nothing was tuned: seed 000's (attnlab.seed.SEED_TILES).
+DEFAULT_TILES = SEED_TILES
 MAX_GRID_X = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class AttentionKernel:
+class Param:
+    """A tunable template parameter of a kernel and the values it may take."""
     name: str
-    step: str                # the NN_ prefix shared with its notebook
+    choices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """One registered kernel: where its source is, what it computes on, and how to launch it.
+
+    Two launch families share this record. The seed's ladder (01-05) takes TILE_ROWS/TILE_KV
+    (one warp per query row, 1-D grid of B·H·ceil(N/TILE_ROWS) blocks). The flash kernels (08 on)
+    name their template parameters in ``template`` (``D``, ``BF16`` and ``CAUSAL`` are filled from
+    the inputs; the rest from ``fixed`` and the tunable ``params``, whose per-D ``defaults`` are
+    the registry's choice), and launch a 2-D grid (ceil(N / BM), B·H) of ``threads(p)`` threads with
+    ``smem(D, p)`` bytes of dynamic shared memory.
+    """
+    name: str
+    step: str                # the notebook step: file number (plus a letter for a sub-step)
     source: str              # relative to kernels/
     function: str
-    tiled: bool = True
-    vector_loads: bool = False   # float4 global loads: needs 16-byte aligned rows
-    smem_pad: int = 0            # floats added to each shared-memory row
-    kv_stages: int = 1           # K/V tile buffers (2 = ping-pong double buffering)
+    predecessor: str | None = None      # the kernel this one changes (for source diffs)
     summary: str = ""
+    precision: str = "fp32"             # 'fp32' (FMA), 'tf32', '3xtf32', '16-bit' (bf16/fp16 MMA)
+    dtypes: tuple[str, ...] = (FLOAT32,)
+    head_dims: tuple[int, ...] = SUPPORTED_HEAD_DIMS
+    vector_loads: bool = False          # 16-byte loads: rows must be 16-byte aligned
+    causal: bool = False                # supports causal masking
+    min_cc: int = 0                     # lowest compute capability (e.g. 80 for mma.sync + cp.async)
+    rel_tol: float = 1e-5               # correctness bound against float64 (tests, notebooks)
+    # ladder geometry (01-05)
+    tiled: bool = True
+    smem_pad: int = 0                   # floats added to each shared-memory row
+    kv_stages: int = 1                  # K/V tile buffers (2 = ping-pong double buffering)
+    # flash geometry (08 on)
+    template: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()
+    defaults: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    threads: Callable[[Mapping[str, int]], int] | None = None
+    smem: Callable[[int, Mapping[str, int]], int] | None = None
+    #: extra constraints between parameters and D (the kernel's static_asserts, as a message)
+    constraint: Callable[[int, Mapping[str, int]], str | None] | None = None
 
+    @property
+    def flash(self) -> bool:
+        return bool(self.template)
+
+    # -- ladder (01-05)
     def template_args(self, head_dim: int, tile_rows: int, tile_kv: int) -> tuple[int, ...]:
         return (head_dim,) if not self.tiled else (head_dim, tile_rows, tile_kv)
 
@@ -50,22 +93,141 @@ class AttentionKernel:
     def grid_blocks(self, bh: int, n: int, tile_rows: int) -> int:
         return bh * n if not self.tiled else bh * math.ceil(n / tile_rows)
 
+    # -- flash (08 on)
+    def flash_template_args(self, head_dim: int, p: Mapping[str, int], dtype: str = FLOAT32,
+                            causal: bool = False) -> tuple:
+        values = {"D": head_dim, "BF16": dtype == BFLOAT16, "CAUSAL": bool(causal), **self.fixed, **p}
+        return tuple(values[n] for n in self.template)
+
+    def launch(self, bh: int, n: int, head_dim: int, p: Mapping[str, int]) -> tuple[tuple, int, int]:
+        """(grid, threads per block, dynamic shared-memory bytes) for B·H = bh heads of n rows."""
+        if self.flash:
+            return (math.ceil(n / p["BM"]), bh, 1), self.threads(p), self.smem(head_dim, p)
+        tr, tkv = p["tile_rows"], p["tile_kv"]
+        return ((self.grid_blocks(bh, n, tr), 1, 1), self.block_threads(tr),
+                self.smem_bytes(head_dim, tr, tkv))
+
+
+def _fp32_smem(floats: Callable[[int, Mapping[str, int]], int]) -> Callable[[int, Mapping[str, int]], int]:
+    return lambda d, p: 4 * floats(d, p)
+
+
+def _register_tiled_constraint(d: int, p: Mapping[str, int]) -> str | None:
+    threads = p["BM"] // p["TM"] * p["CG"]
+    if d % (4 * p["CG"]) or threads % (d // 4) or p["BN"] % p["CG"] or (p["BM"] * d // 4) % threads:
+        return (f"D={d} needs D % (4·CG) == 0, BN % CG == 0 and (BM/TM)·CG threads that divide D/4 and "
+                f"BM·D/4 (got {dict(p)})")
+    return None
+
+
+def _fa2_constraint(tuned: bool) -> Callable[[int, Mapping[str, int]], str | None]:
+    def check(d: int, p: Mapping[str, int]) -> str | None:
+        if p["BM"] != 16 * p["WARPS"]:
+            return f"BM must be 16·WARPS: each warp owns 16 query rows (got {dict(p)})"
+        if tuned and (p["BN"] % (256 * p["WARPS"] // d) or (32 * p["WARPS"]) % d):
+            return f"D={d} needs BN % (256·WARPS/D) == 0 and 32·WARPS % D == 0 (got {dict(p)})"
+        return None
+    return check
+
+
+#: The kernels beyond the seed (08 on): flash-attention structure, one notebook step each.
+FLASH_KERNELS: tuple[AttentionKernel, ...] = (
+    AttentionKernel(
+        "register_tiled", "08", "attention/08_register_tiled.cu", "attn_register_tiled", predecessor="vec_padded",
+        summary="flash structure on CUDA cores: TM x BN/CG micro-tiles of S and O in registers, outer products",
+        vector_loads=True, min_cc=0, rel_tol=1e-5,
+        template=("D", "BM", "BN", "CG", "TM"),
+        params=(Param("BM", (32, 64, 128)), Param("BN", (16, 32, 64, 128)), Param("CG", (8, 16, 32)),
+                Param("TM", (4, 8))),
+        # from an H200 sweep (scripts/probe_flash.py): BN=32 at D=128 was 3 % faster than BN=64
+        defaults={32: dict(BM=128, BN=64, CG=8, TM=8), 64: dict(BM=128, BN=64, CG=8, TM=8),
+                  128: dict(BM=64, BN=32, CG=16, TM=8)},
+        threads=lambda p: p["BM"] // p["TM"] * p["CG"],
+        smem=lambda d, p: 4 * (d * p["BM"] + 2 * p["BN"] * d + p["BN"] * p["BM"]),
+        constraint=_register_tiled_constraint),
+    *(AttentionKernel(
+        name, "09", "attention/09_tf32_mma.cu", "attn_tf32_mma_q", predecessor="register_tiled",
+        summary=summary, precision=name, vector_loads=True, min_cc=80, rel_tol=tol,
+        template=("D", "BM", "BN", "WARPS", "PASSES", "KV_PREP", "Q_SMEM", "MIN_BLOCKS"), fixed={"PASSES": passes},
+        params=(Param("BM", (16, 32, 64, 96, 128, 256)), Param("BN", (16, 32, 40, 64)),
+                Param("WARPS", (1, 2, 4, 6, 8, 16)), Param("KV_PREP", (0, 1)), Param("Q_SMEM", (0, 1, 2)),
+                Param("MIN_BLOCKS", (0, 1, 2, 3))),
+        defaults=defaults,
+        threads=lambda p: 32 * p["WARPS"],
+        smem=(lambda nb: lambda d, p: (4 * p["BN"] * (2 * d + nb * (2 * d + 20)) if p["KV_PREP"]
+                                       else 8 * p["BN"] * (2 * d + 20)) + 4 * p["BM"] * d * p["Q_SMEM"])(
+            2 if passes == 3 else 1),
+        constraint=lambda d, p: (None if p["BM"] == 16 * p["WARPS"] and p["BN"] % 8 == 0
+                                 and (p["Q_SMEM"] < 2 or passes == 3) else
+                                 f"BM must be 16·WARPS, BN a multiple of 8, Q_SMEM=2 only with 3xTF32 (got {dict(p)})"))
+      for name, passes, tol, summary, defaults in (
+        ("tf32", 1, 5e-3, "mma.sync m16n8k8 TF32 for QKᵀ and PV, one pass: fast, ~1e-3 error",
+         {d: dict(BM=128, BN=64, WARPS=8, KV_PREP=1, Q_SMEM=0, MIN_BLOCKS=0) for d in (32, 64, 128)}),
+        ("3xtf32", 3, 2e-6, "mma.sync m16n8k8 TF32 with the big/small split (three MMAs): fp32-class error",
+         {32: dict(BM=128, BN=64, WARPS=8, KV_PREP=1, Q_SMEM=0, MIN_BLOCKS=0),
+          64: dict(BM=128, BN=64, WARPS=8, KV_PREP=1, Q_SMEM=0, MIN_BLOCKS=0),
+          128: dict(BM=128, BN=32, WARPS=8, KV_PREP=1, Q_SMEM=0, MIN_BLOCKS=0)}))),
+    *(AttentionKernel(
+        name, step, f"attention/{step}_{stem}.cu", f"attn_{stem}", predecessor=prev, summary=summary,
+        precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
+        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL") + (("STAGES",) if staged else ()),
+        params=(Param("BM", (32, 64, 128)), Param("BN", (16, 32, 64, 128)), Param("WARPS", (2, 4, 8)))
+               + ((Param("STAGES", (2, 3)),) if staged else ()),
+        defaults=({32: dict(BM=128, BN=64, WARPS=8, STAGES=3), 64: dict(BM=64, BN=64, WARPS=4, STAGES=3),
+                   128: dict(BM=128, BN=128, WARPS=8, STAGES=2)} if stem == "tuned" else   # H200 sweep
+                  {d: dict(BM=128, BN=64, WARPS=8, **({"STAGES": stages} if staged else {})) for d in (32, 64, 128)}),
+        threads=lambda p: 32 * p["WARPS"],
+        smem=lambda d, p: 2 * d * (p["BM"] + 2 * p.get("STAGES", 1) * p["BN"]),
+        constraint=_fa2_constraint(stem == "tuned"))
+      for name, step, stem, prev, staged, stages, summary in (
+        ("mma_baseline", "10a", "mma_baseline", "3xtf32", False, 0,
+         "bf16/fp16 mma.sync m16n8k16, Q fragments in registers, P reused from the accumulators"),
+        ("ldmatrix_swizzle", "10b", "ldmatrix_swizzle", "mma_baseline", False, 0,
+         "fragments by ldmatrix from XOR-swizzled shared memory: conflict-free"),
+        ("cp_async_pipeline", "10c", "cp_async", "ldmatrix_swizzle", True, 2,
+         "K/V tiles by cp.async in a multi-stage pipeline"),
+        ("fa2_tuned", "10d", "tuned", "cp_async_pipeline", True, 3,
+         "one barrier per tile, speculative softmax rescaling, hoisted addressing, per-D tiles"))),
+    AttentionKernel(
+        "two_row_tiles", "10e", "attention/10e_two_row_tiles.cu", "attn_two_row_tiles", predecessor="fa2_tuned",
+        summary="32 query rows a warp: every K/V fragment feeds two MMAs; Q by ldmatrix; S in 32-key chunks",
+        precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
+        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES"),
+        params=(Param("BM", (64, 128, 256)), Param("BN", (32, 64, 128)), Param("WARPS", (2, 4, 8)),
+                Param("STAGES", (2, 3))),
+        defaults={32: dict(BM=128, BN=64, WARPS=4, STAGES=3), 64: dict(BM=128, BN=64, WARPS=4, STAGES=3),
+                  128: dict(BM=128, BN=64, WARPS=4, STAGES=2)},
+        threads=lambda p: 32 * p["WARPS"],
+        smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]),
+        constraint=lambda d, p: (None if p["BM"] == 32 * p["WARPS"] and p["WARPS"] % 2 == 0
+                                 and (p["BN"] // 8) * (d // 32) % p["WARPS"] == 0 else
+                                 f"BM must be 32·WARPS with WARPS even, and (BN/8)·(D/32) a multiple of WARPS "
+                                 f"(got D={d}, {dict(p)})")),
+)
 
 KERNELS: dict[str, AttentionKernel] = {k.name: k for k in (
     AttentionKernel("naive", "01", "attention/01_naive.cu", "attn_naive", tiled=False,
                     summary="one warp per query row, K/V read straight from global memory"),
-    AttentionKernel("tiled", "02", "attention/02_tiled.cu", "attn_tiled",
+    AttentionKernel("tiled", "02", "attention/02_tiled.cu", "attn_tiled", predecessor="naive",
                     summary="TILE_ROWS warps share K/V tiles in shared memory"),
-    AttentionKernel("vec_load", "03", "attention/03_vec_load.cu", "attn_vec_load", vector_loads=True,
-                    summary="tiled, global→shared copies as 128-bit float4 loads"),
-    AttentionKernel("vec_padded", "04", "attention/04_vec_padded.cu", "attn_vec_padded",
+    AttentionKernel("vec_load", "03", "attention/03_vec_load.cu", "attn_vec_load", predecessor="tiled",
+                    vector_loads=True, summary="tiled, global→shared copies as 128-bit float4 loads"),
+    AttentionKernel("vec_padded", "04", "attention/04_vec_padded.cu", "attn_vec_padded", predecessor="vec_load",
                     vector_loads=True, smem_pad=4,
                     summary="float4 loads, shared-memory rows padded by 4 floats"),
-    AttentionKernel("double_buffer", "04", "attention/05_double_buffer.cu", "attn_double_buffer",
-                    vector_loads=True, smem_pad=4, kv_stages=2,
+    AttentionKernel("double_buffer", "04b", "attention/04b_double_buffer.cu", "attn_double_buffer",
+                    predecessor="vec_padded", vector_loads=True, smem_pad=4, kv_stages=2,
                     summary="padded float4 kernel with ping-pong K/V tiles filled by cp.async"),
+    *FLASH_KERNELS,
 )}
+#: The seed's ladder, in order (the flash kernels continue it in their own notebooks).
 LADDER = ("naive", "tiled", "vec_load", "vec_padded")
+
+
+def kernels_of_step(prefix: str) -> tuple[str, ...]:
+    """Registered kernels whose step starts with ``prefix`` ('10' gives 10a, 10b, ...), in step order."""
+    return tuple(sorted((k.name for k in KERNELS.values() if k.step.startswith(prefix)),
+                        key=lambda n: KERNELS[n].step))
 
 
 def get_spec(name: str) -> AttentionKernel:
@@ -80,15 +242,21 @@ def default_tiles(head_dim: int) -> tuple[int, int]:
     return DEFAULT_TILES[head_dim]
 
 
-def check_head_dim(head_dim: int) -> None:
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"unsupported head dim D={head_dim}: the kernels support D in {SUPPORTED_HEAD_DIMS}")
+def check_head_dim(head_dim: int, spec: AttentionKernel | None = None) -> None:
+    dims = spec.head_dims if spec is not None else SUPPORTED_HEAD_DIMS
+    if head_dim not in dims:
+        who = f"{spec.name} supports" if spec is not None else "the kernels support"
+        raise ValueError(f"unsupported head dim D={head_dim}: {who} D in {tuple(dims)}")
 
 
 def resolve_tiles(name: str, head_dim: int, tile_rows: int | None = None, tile_kv: int | None = None,
                   gpu: str | None = None) -> tuple[int, int, str]:
-    """(tile_rows, tile_kv, where_from): the caller's, else tuned for ``gpu``, else the default."""
+    """(tile_rows, tile_kv, where_from) of a ladder kernel: the caller's, else tuned for ``gpu``,
+    else the seed's default."""
     spec = get_spec(name)
+    if spec.flash:
+        raise ValueError(f"kernel {name!r} has no tile_rows/tile_kv: its parameters are "
+                         f"{', '.join(p.name for p in spec.params)}")
     check_head_dim(head_dim)
     if not spec.tiled:
         if tile_rows not in (None, 1) or tile_kv is not None:
@@ -99,9 +267,8 @@ def resolve_tiles(name: str, head_dim: int, tile_rows: int | None = None, tile_k
         tuned = None
         if gpu:
             try:
-                from . import tuned as tuned_mod
-                tuned = tuned_mod.lookup(gpu, name, head_dim)
-            except (ImportError, FileNotFoundError):
+                tuned = tuned_store.lookup(gpu, name, head_dim)
+            except FileNotFoundError:
                 tuned = None
         base, where = (tuned, "tuned") if tuned else (DEFAULT_TILES[head_dim], "default")
         tile_rows = base[0] if tile_rows is None else tile_rows
@@ -113,55 +280,75 @@ def resolve_tiles(name: str, head_dim: int, tile_rows: int | None = None, tile_k
     return int(tile_rows), int(tile_kv), where
 
 
+def resolve_params(name: str, head_dim: int, given: Mapping[str, int] | None = None,
+                   gpu: str | None = None) -> tuple[dict[str, int], str]:
+    """(template parameters, where_from) of any kernel: ladder kernels as :func:`resolve_tiles`
+    ({'tile_rows', 'tile_kv'}); flash kernels take the registry's per-D defaults, overridden by
+    ``given``, each checked against its allowed values."""
+    spec = get_spec(name)
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    if not spec.flash:
+        unknown = set(given) - {"tile_rows", "tile_kv"}
+        if unknown:
+            raise ValueError(f"kernel {name!r} takes tile_rows/tile_kv, not {', '.join(sorted(unknown))}")
+        tr, tkv, where = resolve_tiles(name, head_dim, given.get("tile_rows"), given.get("tile_kv"), gpu)
+        return {"tile_rows": tr, "tile_kv": tkv}, where
+    check_head_dim(head_dim, spec)
+    allowed = {p.name: p.choices for p in spec.params}
+    unknown = set(given) - set(allowed)
+    if unknown:
+        raise ValueError(f"kernel {name!r} has no parameter {', '.join(sorted(unknown))}; "
+                         f"its parameters: {', '.join(allowed) or 'none'}")
+    p = {**spec.defaults[head_dim], **given}
+    for k, v in p.items():
+        if v not in allowed[k]:
+            raise ValueError(f"{name}: {k}={v} not supported: choose from {allowed[k]}")
+    problem = spec.constraint(head_dim, p) if spec.constraint else None
+    if problem:
+        raise ValueError(f"{name}: {problem}")
+    return {k: int(v) for k, v in p.items()}, ("caller" if given else "default")
+
+
 # ---------------------------------------------------------------- input validation
 
-def _array_module(x):
-    """'cupy' or 'torch' for a device array; ValueError for anything else."""
-    mod = type(x).__module__
-    if mod.startswith("cupy"):
-        return "cupy"
-    if mod.startswith("torch"):
-        if not x.is_cuda:
-            raise ValueError("torch tensors must be on a CUDA device (got a CPU tensor)")
-        return "torch"
-    raise ValueError(f"expected a CuPy array or a CUDA torch tensor, got {type(x).__name__}")
+def validate_qkv(q, k, v, *, needs_alignment: bool = False, dtypes: tuple[str, ...] = (FLOAT32,),
+                 head_dims: tuple[int, ...] = SUPPORTED_HEAD_DIMS) -> tuple[int, int, int, int]:
+    """Check q, k, v and return (B, H, N, D); every failure names the violated constraint.
 
-
-def _as_cupy(x):
-    import cupy as cp
-
-    return x if _array_module(x) == "cupy" else cp.from_dlpack(x)
-
-
-def validate_qkv(q, k, v, *, needs_alignment: bool = False) -> tuple[int, int, int, int]:
-    """Check q, k, v and return (B, H, N, D); every failure names the violated constraint."""
+    Shape, dtype and layout are checked first, on any array (NumPy and CPU torch too, so the checks
+    run without a GPU); that the arrays live on one CUDA device is checked last.
+    """
     arrays = {"q": q, "k": k, "v": v}
-    kinds = {n: _array_module(a) for n, a in arrays.items()}
+    kinds = {n: array_kind(a) for n, a in arrays.items()}
     if len(set(kinds.values())) != 1:
         raise ValueError(f"q, k, v must all be CuPy arrays or all torch tensors, got {kinds}")
-    cps = {n: _as_cupy(a) for n, a in arrays.items()}
-    for n, a in cps.items():
+    for n, a in arrays.items():
         if a.ndim != 4:
-            raise ValueError(f"{n} must have shape [B, H, N, D] (4 dims), got {a.ndim} dims {a.shape}")
-        if a.dtype != np.float32:
-            raise ValueError(f"{n} must be float32, got {a.dtype}")
-        if not a.flags.c_contiguous:
+            raise ValueError(f"{n} must have shape [B, H, N, D] (4 dims), got {a.ndim} dims {tuple(a.shape)}")
+        if dtype_name(a) not in dtypes:
+            raise ValueError(f"{n} must be {' or '.join(dtypes)} for this kernel, got {dtype_name(a)}")
+        if not is_contiguous(a):
             raise ValueError(f"{n} must be C-contiguous (the kernels ignore strides); call .copy() / .contiguous()")
-    shapes = {n: a.shape for n, a in cps.items()}
+    if len({dtype_name(a) for a in arrays.values()}) != 1:
+        raise ValueError(f"q, k, v must share one dtype, got {[dtype_name(a) for a in arrays.values()]}")
+    shapes = {n: tuple(a.shape) for n, a in arrays.items()}
     if len(set(shapes.values())) != 1:
         raise ValueError(f"q, k, v must share one shape [B, H, N, D], got {shapes}")
-    devices = {n: a.device.id for n, a in cps.items()}
-    if len(set(devices.values())) != 1:
-        raise ValueError(f"q, k, v must be on one device, got {devices}")
-    B, H, N, D = cps["q"].shape
+    B, H, N, D = shapes["q"]
     if min(B, H, N) < 1:
         raise ValueError(f"B, H and N must be at least 1, got B={B}, H={H}, N={N}")
-    check_head_dim(D)
+    if D not in head_dims:
+        raise ValueError(f"unsupported head dim D={D}: this kernel supports D in {tuple(head_dims)}")
+    for n, a in arrays.items():
+        require_device(n, a)
+    devices = {n: device_id(a) for n, a in arrays.items()}
+    if len(set(devices.values())) != 1:
+        raise ValueError(f"q, k, v must be on one device, got {devices}")
     if needs_alignment:
-        for n, a in cps.items():
-            if a.data.ptr % 16:
-                raise ValueError(f"{n} is not 16-byte aligned (address {a.data.ptr:#x}): the float4 kernels "
-                                 "need 16-byte aligned rows; pass a fresh allocation or a copy")
+        for n, a in arrays.items():
+            if data_ptr(a) % 16:
+                raise ValueError(f"{n} is not 16-byte aligned (address {data_ptr(a):#x}): this kernel's "
+                                 "16-byte loads need aligned rows; pass a fresh allocation or a copy")
     return B, H, N, D
 
 
@@ -172,14 +359,23 @@ class LaunchPlan:
     spec: AttentionKernel
     kernel: Any            # cupy.RawKernel
     head_dim: int
-    tile_rows: int
-    tile_kv: int
-    tiles_from: str
+    params: Mapping[str, int]   # tile_rows/tile_kv for the ladder, the template parameters for flash kernels
+    tiles_from: str             # 'caller', 'tuned', 'default' or 'untiled'
+    dtype: str
+    causal: bool
     block: int
     smem_bytes: int
 
-    def grid(self, bh: int, n: int) -> int:
-        return self.spec.grid_blocks(bh, n, self.tile_rows)
+    @property
+    def tile_rows(self) -> int:
+        return self.params.get("tile_rows", 0)
+
+    @property
+    def tile_kv(self) -> int:
+        return self.params.get("tile_kv", 0)
+
+    def grid(self, bh: int, n: int) -> tuple[int, int, int]:
+        return self.spec.launch(bh, n, self.head_dim, self.params)[0]
 
 
 _PLANS: dict[tuple, LaunchPlan] = {}
@@ -192,64 +388,107 @@ def max_dynamic_smem() -> int:
                                               cp.cuda.Device().id)
 
 
+def _compute_capability() -> int:
+    import cupy as cp
+
+    return int(cp.cuda.Device().compute_capability)
+
+
 def get_kernel(name: str, head_dim: int, tile_rows: int | None = None, tile_kv: int | None = None,
-               gpu: str | None = None) -> LaunchPlan:
-    """Compile (once) the kernel for this head dim and tile, and say how to launch it."""
+               gpu: str | None = None, *, dtype: str = FLOAT32, causal: bool = False,
+               params: Mapping[str, int] | None = None) -> LaunchPlan:
+    """Compile (once) the kernel for this head dim and parameters, and say how to launch it."""
     from .compile import load_kernel
 
     spec = get_spec(name)
-    tr, tkv, where = resolve_tiles(name, head_dim, tile_rows, tile_kv, gpu)
-    key = (name, head_dim, tr, tkv)
+    if causal and not spec.causal:
+        raise ValueError(f"kernel {name!r} has no causal variant; causal kernels: "
+                         f"{', '.join(n for n, s in KERNELS.items() if s.causal)}")
+    if dtype not in spec.dtypes:
+        raise ValueError(f"kernel {name!r} takes {' or '.join(spec.dtypes)} inputs, not {dtype}")
+    given = dict(params or {})
+    if tile_rows is not None or tile_kv is not None:
+        given.update(tile_rows=tile_rows, tile_kv=tile_kv)
+    p, where = resolve_params(name, head_dim, given, gpu)
+    key = (name, head_dim, tuple(sorted(p.items())), dtype, causal)
     plan = _PLANS.get(key)
     if plan is None:
-        smem = spec.smem_bytes(head_dim, tr, tkv)
+        if spec.min_cc and _compute_capability() < spec.min_cc:
+            raise ValueError(f"kernel {name!r} needs compute capability {spec.min_cc / 10:.1f} or newer; "
+                             f"this GPU is {_compute_capability() / 10:.1f}")
+        _, block, smem = spec.launch(1, 1, head_dim, p)
         if smem > max_dynamic_smem():
-            raise ValueError(f"{name} with D={head_dim}, tile_rows={tr}, tile_kv={tkv} needs {smem} bytes of "
-                             f"shared memory; this GPU allows {max_dynamic_smem()} per block")
-        kernel = load_kernel(spec.source, spec.function, spec.template_args(head_dim, tr, tkv))
+            raise ValueError(f"{name} with D={head_dim}, {p} needs {smem} bytes of shared memory; "
+                             f"this GPU allows {max_dynamic_smem()} per block")
+        targs = (spec.flash_template_args(head_dim, p, dtype, causal) if spec.flash
+                 else spec.template_args(head_dim, p["tile_rows"], p["tile_kv"]))
+        kernel = load_kernel(spec.source, spec.function, targs)
         if smem > 48 * 1024:
             kernel.max_dynamic_shared_size_bytes = smem  # opt in above the 48 KB default
-        plan = LaunchPlan(spec, kernel, head_dim, tr, tkv, where, spec.block_threads(tr), smem)
+            if spec.flash:
+                # ask for the largest shared-memory carveout: two big tiles per SM need it all
+                kernel.preferred_shared_memory_carveout = 100
+        plan = LaunchPlan(spec, kernel, head_dim, p, where, dtype, causal, block, smem)
         _PLANS[key] = plan
     elif plan.tiles_from != where:
         plan = LaunchPlan(**{**plan.__dict__, "tiles_from": where})
     return plan
 
 
-def run_attention(name: str, q, k, v, tile_rows: int | None = None, tile_kv: int | None = None,
-                  out=None, scale: float | None = None, gpu: str | None = "auto"):
-    """Launch kernel ``name`` on q, k, v ([B, H, N, D] float32) and return O.
-
-    CuPy inputs give a CuPy output, torch inputs a torch tensor (zero-copy, same memory).
-    ``out`` (optional) must match q and is overwritten. ``scale`` defaults to 1/sqrt(D).
-    A tile the caller leaves out comes from ``data/tuned/<gpu>.json``: ``gpu="auto"`` (default)
-    means this device's file; ``gpu=None`` means the seed's built-in defaults (what the ladder
-    notebooks use to reproduce the seed's tables).
-    """
+def prepare_attention(name: str, q, k, v, tile_rows: int | None = None, tile_kv: int | None = None,
+                      out=None, scale: float | None = None, gpu: str | None = "auto", *,
+                      causal: bool = False, params: Mapping[str, int] | None = None) -> Callable[[], Any]:
+    """Validate the inputs, compile and plan once, and return a no-argument callable that only
+    launches the kernel (and returns O). What :func:`run_attention` does in one go; timing loops
+    call the launch alone, so validation and planning stay out of the timed region."""
     spec = get_spec(name)
+    B, H, N, D = validate_qkv(q, k, v, needs_alignment=spec.vector_loads, dtypes=spec.dtypes,
+                              head_dims=spec.head_dims)
     if gpu == "auto":
         from .env import device_name, gpu_slug
         gpu = gpu_slug(device_name())
-    B, H, N, D = validate_qkv(q, k, v, needs_alignment=spec.vector_loads)
-    is_torch = _array_module(q) == "torch"
-    qc, kc, vc = _as_cupy(q), _as_cupy(k), _as_cupy(v)
+    dtype = dtype_name(q)
+    qc, kc, vc = as_cupy(q), as_cupy(k), as_cupy(v)
     import cupy as cp
 
     if out is None:
-        oc = cp.empty_like(qc)
+        if array_kind(q) == "torch":
+            import torch
+            out_user = torch.empty_like(q)
+            oc = as_cupy(out_user)
+        else:
+            out_user = oc = cp.empty_like(qc)
     else:
-        oc = _as_cupy(out)
-        if oc.shape != qc.shape or oc.dtype != np.float32 or not oc.flags.c_contiguous:
-            raise ValueError(f"out must be a C-contiguous float32 array of shape {qc.shape}")
-    plan = get_kernel(name, D, tile_rows, tile_kv, gpu)
+        if (array_kind(out) != array_kind(q) or tuple(out.shape) != tuple(q.shape) or dtype_name(out) != dtype
+                or not is_contiguous(out)):
+            raise ValueError(f"out must be a C-contiguous {dtype} array of shape {tuple(q.shape)}, like q")
+        out_user, oc = out, as_cupy(out)
+    plan = get_kernel(name, D, tile_rows, tile_kv, gpu, dtype=dtype, causal=causal, params=params)
     grid = plan.grid(B * H, N)
-    if grid > MAX_GRID_X:
-        raise ValueError(f"B*H*N too large for a 1-D grid ({grid} blocks > {MAX_GRID_X})")
+    if grid[0] > MAX_GRID_X or grid[1] > 65535:
+        raise ValueError(f"B*H*N too large for this kernel's grid {grid} (limits: x <= {MAX_GRID_X}, y <= 65535)")
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    plan.kernel((grid,), (plan.block,), (qc, kc, vc, oc, np.int32(N), np.float32(scale)),
-                shared_mem=plan.smem_bytes)
-    if is_torch:
-        import torch
+    args = (qc, kc, vc, oc, np.int32(N), np.float32(scale))
+    kernel, block, smem = plan.kernel, (plan.block,), plan.smem_bytes
 
-        return out if out is not None else torch.from_dlpack(oc)
-    return oc
+    def launch():
+        kernel(grid, block, args, shared_mem=smem)
+        return out_user
+    return launch
+
+
+def run_attention(name: str, q, k, v, tile_rows: int | None = None, tile_kv: int | None = None,
+                  out=None, scale: float | None = None, gpu: str | None = "auto", *,
+                  causal: bool = False, params: Mapping[str, int] | None = None):
+    """Launch kernel ``name`` on q, k, v ([B, H, N, D]) and return O = softmax(scale·QKᵀ)V.
+
+    Inputs are float32 for the fp32 kernels (01-09) and bfloat16 or float16 for the 16-bit ones
+    (10 on; torch tensors, or CuPy float16 arrays). CuPy inputs give a CuPy output, torch inputs a
+    torch tensor (zero-copy, same memory). ``out`` (optional) must match q and is overwritten.
+    ``scale`` defaults to 1/sqrt(D). ``causal`` masks keys after each query (kernels whose
+    registry entry says ``causal``).
+    Ladder kernels (01-04b): a tile the caller leaves out comes from ``data/tuned/<gpu>.json``:
+    ``gpu="auto"`` (default) means this device's file; ``gpu=None`` means the seed's built-in
+    defaults. Flash kernels (08 on): ``params`` overrides the registry's per-D template parameters.
+    """
+    return prepare_attention(name, q, k, v, tile_rows, tile_kv, out, scale, gpu, causal=causal, params=params)()

@@ -242,7 +242,7 @@ def ladder_conflict_table(kernels: Sequence[str] = ("tiled", "vec_load", "vec_pa
     """
     import pandas as pd
 
-    from .ladder import SEED_TILES
+    from .seed import SEED_TILES
 
     tiles = tiles or SEED_TILES
     frames = []

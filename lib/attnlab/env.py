@@ -12,7 +12,9 @@ import functools
 import os
 import re
 import shutil
+import socket
 import subprocess
+import sys
 from dataclasses import dataclass
 
 from .paths import REPO_ROOT, RESULTS_DIR
@@ -110,34 +112,112 @@ def resolve_mode(mode: str = "auto", gpu: str = DEFAULT_REPLAY_GPU) -> Mode:
 
 # ---------------------------------------------------------------- provenance
 
-def _run(cmd: list[str]) -> str:
+def _run(cmd: list[str], cwd: str | os.PathLike | None = None) -> str:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=REPO_ROOT).stdout.strip()
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20,
+                              cwd=REPO_ROOT if cwd is None else cwd).stdout.strip()
     except Exception:  # noqa: BLE001
         return ""
 
 
-def git_commit() -> tuple[str, bool]:
-    """(commit, dirty). ``ATTNLAB_GIT_COMMIT`` overrides for copies of the tree without .git."""
+#: The parts of the tree whose uncommitted state makes a measurement irreproducible from its commit.
+CODE_DIRS = ("kernels", "lib", "notebooks")
+
+
+def git_commit(repo: str | os.PathLike | None = None) -> tuple[str, bool]:
+    """(commit, dirty) of ``repo`` (default: this repository).
+
+    Dirty means a tracked file under kernels/, lib/ or notebooks/ differs from the commit, or an
+    untracked file that git does not ignore lies there (a new kernel or module is code the commit
+    does not hold, so it counts). ``ATTNLAB_GIT_COMMIT`` (and ``ATTNLAB_GIT_DIRTY=1``) override
+    for copies of the tree without .git.
+    """
     env = os.environ.get("ATTNLAB_GIT_COMMIT")
     if env:
         return env, os.environ.get("ATTNLAB_GIT_DIRTY", "0") == "1"
-    commit = _run(["git", "rev-parse", "HEAD"]) or "unknown"
-    dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=no", "--", "kernels", "lib", "notebooks"]))
+    commit = _run(["git", "rev-parse", "HEAD"], repo) or "unknown"
+    dirty = bool(_run(["git", "status", "--porcelain", "--untracked-files=normal", "--", *CODE_DIRS], repo))
     return commit, dirty
 
 
-def nvidia_smi_query() -> dict[str, str]:
-    """Driver version and clocks as nvidia-smi reports them now ({} when unreadable)."""
+def nvidia_smi_rows(fields: list[str] | tuple[str, ...]) -> list[dict[str, str]]:
+    """One dict per GPU, in nvidia-smi's order (its index), of the ``--query-gpu`` fields ([] when
+    nvidia-smi is absent, fails or prints something else)."""
     if not shutil.which("nvidia-smi"):
-        return {}
+        return []
+    out = _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    rows = [[v.strip() for v in line.split(",")] for line in out.splitlines() if line.strip()]
+    if not rows or any(len(r) != len(fields) for r in rows):
+        return []
+    return [dict(zip(fields, r)) for r in rows]
+
+
+#: What names a GPU to nvidia-smi: its index (PCI order), UUID and PCI bus id.
+IDENTITY_FIELDS = ("index", "uuid", "pci.bus_id", "name")
+
+
+def _pci_key(bus_id: str) -> tuple[int, ...] | None:
+    """'00000000:3B:00.0' (nvidia-smi) and '0000:3b:00.0' (CUDA) -> (0, 0x3b, 0, 0)."""
+    m = re.fullmatch(r"\s*([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-9a-fA-F]+)\s*", bus_id or "")
+    return tuple(int(g, 16) for g in m.groups()) if m else None
+
+
+def _cuda_pci_bus_id() -> str:
+    """The PCI bus id of the device this process computes on, when CuPy is already in use here
+    (live mode); '' otherwise (never imports CuPy or creates a context just to ask)."""
+    cp = sys.modules.get("cupy")
+    if cp is None:
+        return ""
+    try:
+        return str(cp.cuda.Device().pci_bus_id)
+    except Exception:  # noqa: BLE001 - no device, no context: unknown
+        return ""
+
+
+def _visible_row(identities: list[dict[str, str]]) -> int:
+    """Which of nvidia-smi's GPUs this process uses (nvidia-smi ignores CUDA_VISIBLE_DEVICES and lists
+    them all): the CUDA device's PCI bus id when CuPy runs here, else the first entry of
+    CUDA_VISIBLE_DEVICES (a UUID or UUID prefix, or an index in PCI order), else the first GPU."""
+    if not identities:
+        return 0
+    pci = _pci_key(_cuda_pci_bus_id())
+    if pci is not None:
+        for i, row in enumerate(identities):
+            if _pci_key(row.get("pci.bus_id", "")) == pci:
+                return i
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if first.startswith("GPU-"):
+        hits = [i for i, row in enumerate(identities) if row.get("uuid", "").startswith(first)]
+        if len(hits) == 1:
+            return hits[0]
+    elif first.isdigit():
+        hits = [i for i, row in enumerate(identities) if row.get("index") == first]
+        if hits:
+            return hits[0]
+    return 0
+
+
+def visible_gpu() -> dict[str, str]:
+    """index, uuid, pci.bus_id and name of the GPU this process uses, as nvidia-smi names it
+    ({} without nvidia-smi). Two cards of one model differ in their UUID."""
+    rows = nvidia_smi_rows(IDENTITY_FIELDS)
+    return rows[_visible_row(rows)] if rows else {}
+
+
+def nvidia_smi_query() -> dict[str, str]:
+    """Driver version and clocks as nvidia-smi reports them now, of the GPU this process uses
+    (:func:`visible_gpu`; the first GPU when that cannot be told) ({} when unreadable)."""
     fields = ["driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "temperature.gpu",
               "power.draw"]
-    out = _run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
-    if not out:
+    rows = nvidia_smi_rows(fields)
+    if not rows:
         return {}
-    values = [v.strip() for v in out.splitlines()[0].split(",")]
-    return dict(zip(fields, values))
+    which = _visible_row(nvidia_smi_rows(IDENTITY_FIELDS)) if len(rows) > 1 else 0
+    return rows[which] if which < len(rows) else rows[0]
+
+
+def host_name() -> str:
+    return socket.gethostname()
 
 
 @functools.lru_cache(maxsize=1)
@@ -161,15 +241,23 @@ def _static_provenance() -> dict[str, str]:
     return info
 
 
-def provenance(mode: Mode) -> dict[str, str]:
+#: Provenance columns that say which card and which machine: tables recorded before they were
+#: added lack them (read them with ``.get``).
+IDENTITY_COLUMNS = ("gpu_uuid", "host")
+
+
+def provenance(mode: Mode, repo: str | os.PathLike | None = None) -> dict[str, str]:
     """Columns stamped on every recorded row: which GPU, software, commit, clocks and when."""
     if not mode.live:
         raise ValueError("provenance is only taken in live mode: replay never records new figures")
     smi = nvidia_smi_query()
-    commit, dirty = git_commit()
+    commit, dirty = git_commit(repo)
     info = {
         "gpu_name": mode.gpu_name,
         "gpu": mode.gpu,
+        # which card and machine: two GPUs of one model write the same folder, told apart here
+        "gpu_uuid": visible_gpu().get("uuid", ""),
+        "host": host_name(),
         "driver_version": smi.get("driver_version", "unknown"),
         "sm_clock_mhz": smi.get("clocks.sm", ""),
         "mem_clock_mhz": smi.get("clocks.mem", ""),

@@ -28,6 +28,7 @@ import pandas as pd
 from .models import (SoftmaxState, empty_state, merge_states, softmax_attention,  # noqa: F401
                      tile_state, tiled_online_softmax)
 from .reference import attention_flops
+from .seed import SEED_TILES
 
 SDPA = "torch_sdpa"
 #: The ladder in order; double_buffer is the seed's side experiment revisited (cp.async).
@@ -37,8 +38,6 @@ TILED_FAMILY = ("tiled", "vec_load", "vec_padded", "double_buffer")
 PREVIOUS = {"tiled": "naive", "vec_load": "tiled", "vec_padded": "vec_load", "double_buffer": "vec_padded"}
 LABELS = {"naive": "Naive", "tiled": "Tiled", "vec_load": "VecLoad", "vec_padded": "VecPad",
           "double_buffer": "DoubleBuf", SDPA: "SDPA"}
-#: Seed 000's D-adaptive tiles (TILE_ROWS, TILE_KV) from its GTX 1660 Ti scan.
-SEED_TILES = {32: (8, 32), 64: (8, 16), 128: (8, 8)}
 #: Seed 000's advice table ("给开发者的建议"): kernel, TILE_ROWS, TILE_KV per head dim.
 SEED_ADVICE = {32: ("tiled", 8, 32), 64: ("naive", None, None), 128: ("naive", None, None)}
 SEED_ADVICE_TEXT = {32: "D ≤ 32: tiled, TILE_ROWS=8, TILE_KV=32",

@@ -4,14 +4,16 @@ parameter checks and headline figures (which the report runner collects into its
 from __future__ import annotations
 
 import difflib
+import math
 import html
 import json
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from . import results
 from .compile import kernel_source
-from .env import Mode
+from .env import Mode, resolve_mode
 
 HEADLINE_MIME = "application/vnd.attnlab.headline+json"
 
@@ -38,8 +40,7 @@ def banner_html(mode: Mode, provenance_line: str | None = None) -> str:
 def banner(mode: Mode, provenance_line: str | None = None) -> None:
     """Show, at the top of a notebook and beside tables, whether figures are live or replayed."""
     if not mode.live and provenance_line is None:
-        from .results import describe_recorded_gpu
-        provenance_line = describe_recorded_gpu(mode.gpu)
+        provenance_line = results.describe_recorded_gpu(mode.gpu)
     text = (f"LIVE on {mode.gpu_name}" if mode.live
             else f"REPLAY of recorded figures from '{mode.gpu}' ({provenance_line or 'provenance unknown'})")
     _display({"text/html": banner_html(mode, provenance_line), "text/plain": text})
@@ -75,9 +76,46 @@ def show_diff(old_source: str, new_source: str, context: int = 3) -> str:
 def headline(**figures: Any) -> None:
     """Publish a notebook's headline figures; the report index shows them next to its status."""
     # four significant figures: a relative error of 1.5e-06 must not print as 0
-    clean = {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in figures.items()}
+    # non-finite figures (a target not measured) become null: JSON has no NaN or inf
+    clean = {k: ((float(f"{v:.4g}") if math.isfinite(v) else None) if isinstance(v, float) else v)
+             for k, v in figures.items()}
     md = "\n".join(["| headline | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in clean.items()])
     _display({HEADLINE_MIME: clean, "text/markdown": md, "text/plain": json.dumps(clean)})
+
+
+# ---------------------------------------------------------------- record or replay
+
+def start(mode: str, gpu: str) -> Mode:
+    """A notebook's first call: check the mode parameter, resolve live/replay, show the banner."""
+    require_choice("mode", mode, ("auto", "live", "replay"))
+    resolved = resolve_mode(mode, gpu)
+    print(resolved)
+    banner(resolved)
+    return resolved
+def record_or_replay(compute, notebook: str, table: str, mode: Mode,
+                     profile: str = results.CANONICAL_PROFILE) -> pd.DataFrame:
+    """The one way a notebook gets a GPU table: live, ``compute()`` measures it now and it is recorded
+    with provenance (atomically); in replay the recorded table of ``mode.gpu`` is loaded. Either way
+    the banner beside it says where the figures come from."""
+    if mode.live:
+        df = compute()
+        results.save_table(df, notebook, table, mode, profile)
+        banner(mode)
+    else:
+        df = results.load_table(notebook, table, mode.gpu)
+        banner(mode, results.describe_provenance(df))
+    return df
+
+
+def requested(df: pd.DataFrame, mode: Mode, **wanted) -> pd.DataFrame:
+    """The rows of a table at the grid the parameters ask for. In replay, requested points that were
+    never recorded are named (with how to record them) instead of silently showing another grid."""
+    sel, missing = results.select_requested(df, **wanted)
+    if missing and not mode.live:
+        from .env import how_to_record
+        pts = "; ".join(", ".join(f"{k}={v}" for k, v in m.items()) for m in missing[:8])
+        print(f"not recorded for '{mode.gpu}': {pts}{' …' if len(missing) > 8 else ''}. {how_to_record(mode.gpu)}")
+    return sel
 
 
 # ---------------------------------------------------------------- parameter checks

@@ -13,6 +13,10 @@ template_args, block_size, grid_size, metric, unit, value`` with units normalise
 ``%`` and plain counts (``""``, inst, sector, warp, cycle ...).
 
 ``scripts/ncu_profile.py`` drives a whole profiling run; notebooks read its recorded table.
+Notebook 06 reads ``06_roofline__ncu`` (:data:`METRICS`, :func:`build_plan`, :func:`counters_wide`);
+the flash notebooks 08-10 read ``<notebook>__ncu`` (:func:`flash_metrics`: tensor and FMA pipes,
+issue slots, occupancy, shared-memory bank conflicts, stall reasons) through
+:func:`flash_counters`, which runs the script when asked and returns :func:`flash_summary`.
 """
 from __future__ import annotations
 
@@ -268,9 +272,11 @@ def wide(tidy, index: Sequence[str] = ("launch_id", "kernel_name", "function", "
 
 def aggregate_launches(tidy, duration_metric: str = "gpu__time_duration.sum"):
     """Combine several launches (e.g. the kernels one torch SDPA call issues) into one set of
-    metrics: ``.sum`` counters and durations add; percentages and ``.avg``/``.pct`` ratios are
-    averaged weighted by each launch's duration. Returns a tidy frame without launch columns
-    (metric, unit, value, n_kernels, kernel_names)."""
+    metrics: ``.sum`` counters and durations add; percentages, ``.avg``/``.pct`` values and
+    ``.ratio`` metrics (e.g. stall reasons per issued instruction) are averaged weighted by each
+    launch's duration; ``launch__*`` attributes (registers, shared memory, grid) are the longest
+    launch's. Returns a tidy frame without launch columns (metric, unit, value, n_kernels,
+    kernel_names)."""
     import pandas as pd
 
     if tidy.empty:
@@ -282,10 +288,17 @@ def aggregate_launches(tidy, duration_metric: str = "gpu__time_duration.sum"):
     for metric, g in tidy.groupby("metric", sort=False):
         unit = g["unit"].iloc[0]
         vals = g.set_index("launch_id")["value"].astype(float)
-        if unit == "%" or metric.endswith(".pct") or ".avg" in metric or "pct_of" in metric:
+        if metric.startswith("launch__") and len(vals) > 1:
+            # launch geometry (registers, shared memory, grid) does not add up: the main kernel's
+            main = dur.reindex(vals.index).astype(float)
+            value = float(vals.loc[main.idxmax()]) if main.notna().any() else float(vals.iloc[0])
+        elif (unit == "%" or metric.endswith(".pct") or metric.endswith(".ratio") or ".avg" in metric
+                or "pct_of" in metric):
+            # weighted over the launches that reported a value (n/a stays missing, never 0)
             w = dur.reindex(vals.index).astype(float)
-            if w.notna().all() and w.sum() > 0:
-                value = float((vals * w).sum() / w.sum())
+            ok = vals.notna()
+            if ok.any() and w[ok].notna().all() and w[ok].sum() > 0:
+                value = float((vals[ok] * w[ok]).sum() / w[ok].sum())
             else:
                 value = float(vals.mean())
         else:
@@ -375,14 +388,18 @@ def build_plan(profile: str = "full", B: int = 2, H: int = 8) -> list[dict]:
     return entries
 
 
-def assemble(tidy, manifest: Sequence[dict], marker_function: str = MARKER_FUNCTION):
+def assemble(tidy, manifest: Sequence[dict], marker_function: str = MARKER_FUNCTION,
+             label_columns: Sequence[str] = LABEL_COLUMNS):
     """Join parsed ncu output with the worker's manifest (the entries it launched, in order).
 
     Launch groups are split at the marker kernels; group i belongs to the i-th launched entry.
     Raises ValueError when the counts disagree (then no row can be trusted to its label).
-    Returns the long table: LABEL_COLUMNS + ncu_kernels, n_kernels, metric, unit, value.
+    Returns the long table: ``label_columns`` (notebook 06's LABEL_COLUMNS by default, the flash
+    notebooks' FLASH_LABEL_COLUMNS) + ncu_kernels, n_kernels, metric, unit, value.
     """
     import pandas as pd
+
+    label_columns = list(label_columns)
 
     launched = [e for e in manifest if e.get("status") == "launched"]
     groups = split_by_marker(tidy, marker_function)
@@ -397,11 +414,11 @@ def assemble(tidy, manifest: Sequence[dict], marker_function: str = MARKER_FUNCT
         if not ids:
             raise ValueError(f"no kernel captured for {entry}")
         agg = aggregate_launches(tidy[tidy["launch_id"].isin(ids)])
-        for c in LABEL_COLUMNS:
+        for c in label_columns:
             agg[c] = entry.get(c)
         frames.append(agg.rename(columns={"kernel_names": "ncu_kernels"}))
     out = pd.concat(frames, ignore_index=True)
-    return out[LABEL_COLUMNS + ["ncu_kernels", "n_kernels", "metric", "unit", "value"]]
+    return out[label_columns + ["ncu_kernels", "n_kernels", "metric", "unit", "value"]]
 
 
 def counters_wide(long_table):
@@ -418,3 +435,247 @@ def counters_wide(long_table):
         if c in w:
             w[c] = w[c].where(w[c] >= 0)
     return w
+
+
+# ------------------------------------------------------- flash notebooks (08, 09, 10): counters
+
+#: Warp stall reasons read as ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``
+#: (Nsight Compute's WarpStateStats section: warps stalled for that reason per issued
+#: instruction). ``selected`` (the warp that issued) is not a stall and is left out.
+STALL_REASONS: tuple[str, ...] = (
+    "barrier", "long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "wait",
+    "not_selected", "dispatch_stall", "lg_throttle", "tex_throttle", "no_instruction", "branch_resolving",
+    "membar", "drain", "sleeping", "misc", "imc_miss")
+#: Hopper only (sm_90: warps waiting on wgmma); other GPUs reject the name, so it is asked for on 9.x.
+HOPPER_STALL_REASONS: tuple[str, ...] = ("gmma",)
+
+
+def stall_metric(reason: str) -> str:
+    return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+
+
+#: What each flash-summary column reads (first metric that has a value wins).
+TENSOR_PIPE = ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",      # every tensor op
+               "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")  # mma.sync f16/bf16/tf32
+HMMA_INST = "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"
+FMA_PIPE = "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
+ISSUE = "sm__inst_issued.avg.pct_of_peak_sustained_active"
+OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
+DURATION = "gpu__time_duration.sum"
+#: shared memory: (bank conflicts, wavefronts) per access kind. ld/st are the L1 hardware counters
+#: of LDS/STS; ldsm is ldmatrix, counted by SASS instrumentation (the MemoryWorkloadAnalysis
+#: tables' "Shared Load Matrix" row).
+SMEM = {
+    "ld": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
+    "st": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"),
+    "ldsm": ("smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum",
+             "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum"),
+}
+
+#: The counters the flash notebooks record (besides launch__* attributes ncu reports anyway).
+FLASH_METRICS: tuple[str, ...] = (
+    DURATION, *TENSOR_PIPE, HMMA_INST, FMA_PIPE, ISSUE, OCCUPANCY,
+    *(m for pair in SMEM.values() for m in pair),
+    *(stall_metric(r) for r in STALL_REASONS),
+)
+#: launch attributes kept in the flash tables (ncu's raw page carries ~250 columns; these explain
+#: occupancy: registers, shared memory, waves, the theoretical occupancy)
+FLASH_LAUNCH_METRICS: tuple[str, ...] = (
+    "launch__registers_per_thread", "launch__shared_mem_per_block", "launch__block_size", "launch__grid_size",
+    "launch__waves_per_multiprocessor", "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps", "sm__maximum_warps_per_active_cycle_pct")
+#: one flash call's label: what the worker launched (``params``: the template parameters, as in
+#: the notebooks' latency tables; ``library`` for SDPA), ``purpose`` 'kernel' or 'reference'
+FLASH_LABEL_COLUMNS = ["kernel", "step", "dtype", "causal", "B", "H", "N", "D", "params", "purpose"]
+FLASH_TABLE = "ncu"
+
+
+def flash_metrics(compute_capability: str | int | None = None) -> tuple[str, ...]:
+    """:data:`FLASH_METRICS`, plus the Hopper-only stall reasons on a 9.x device ('90', 90)."""
+    cc = str(compute_capability or "")
+    extra = tuple(stall_metric(r) for r in HOPPER_STALL_REASONS) if cc.startswith("9") else ()
+    return FLASH_METRICS + extra
+
+
+def unknown_metrics(output: str, metrics: Iterable[str]) -> list[str]:
+    """The requested metrics ncu refused (``==ERROR== Failed to find metric regex:^name...``):
+    a tool version or GPU without one of them profiles nothing, so the driver drops these and runs
+    again. Matched on the metric's base name (before the first dot)."""
+    lines = "\n".join(l for l in (output or "").splitlines() if "Failed to find metric" in l)
+    if not lines:
+        return []
+    out = []
+    for m in metrics:
+        base = m.split(".")[0]
+        if re.search(r"(?<![A-Za-z0-9_])" + re.escape(base) + r"(?![A-Za-z0-9_])", lines):
+            out.append(m)
+    return out
+
+
+def keep_metrics(long_table, metrics: Iterable[str], extra: Iterable[str] = FLASH_LAUNCH_METRICS):
+    """Rows of ``metrics`` and ``extra`` only (the raw page's device attributes and the
+    .min/.max/.sum siblings ncu adds are dropped)."""
+    wanted = set(metrics) | set(extra)
+    return long_table[long_table["metric"].isin(wanted)].reset_index(drop=True)
+
+
+def flash_wide(long_table):
+    """One row per profiled call of a flash table (FLASH_LABEL_COLUMNS + ncu_kernels, n_kernels),
+    one column per metric, in the order the calls were made. Works on the recorded CSV too
+    (provenance columns are ignored; empty labels such as SDPA's step read back as '')."""
+    import pandas as pd
+
+    idx = [c for c in FLASH_LABEL_COLUMNS + ["ncu_kernels", "n_kernels"] if c in long_table.columns]
+    t = long_table.copy()
+    for c in idx:
+        if not pd.api.types.is_numeric_dtype(t[c]) and not pd.api.types.is_bool_dtype(t[c]):
+            t[c] = t[c].astype(object).where(t[c].notna(), "")
+    t["_order"] = t.groupby(idx, sort=False, dropna=False).ngroup()
+    w = t.groupby(["_order", *idx, "metric"], sort=True, dropna=False)["value"].first().unstack("metric")
+    w.columns.name = None
+    return w.reset_index().drop(columns="_order")
+
+
+#: the flash summary's columns, in order
+FLASH_SUMMARY_COLUMNS = [
+    "kernel", "step", "dtype", "causal", "B", "H", "N", "D", "params", "n_kernels", "ncu_kernels",
+    "duration_us", "tensor_pipe_pct", "hmma_inst_pct", "fma_pipe_pct", "issue_pct", "occupancy_pct",
+    "smem_ld_conflicts", "smem_ld_conflicts_per_wavefront", "smem_st_conflicts", "smem_st_conflicts_per_wavefront",
+    "ldsm_conflicts", "ldsm_conflicts_per_wavefront", "stall_per_issue",
+    "stall_1", "stall_1_share", "stall_2", "stall_2_share", "stall_3", "stall_3_share"]
+
+
+def _short_kernel_names(joined) -> str:
+    if not isinstance(joined, str) or not joined:
+        return ""
+    return " | ".join(demangle_kernel(n)[0].split("::")[-1] for n in joined.split(" | "))
+
+
+def flash_summary(long_table):
+    """One row per labelled call of a flash ncu table (:data:`FLASH_SUMMARY_COLUMNS`).
+
+    * ``duration_us``: gpu__time_duration under ncu (clocks not locked);
+    * ``tensor_pipe_pct``: tensor-pipe cycles active, % of peak over active SM cycles (every
+      tensor op; mma.sync's HMMA cycles where the all-tensor metric is n/a); ``hmma_inst_pct``:
+      HMMA instructions issued, % of the pipe's peak; ``fma_pipe_pct``: FMA-pipe cycles active;
+      ``issue_pct``: issue slots busy; ``occupancy_pct``: achieved occupancy (warps active);
+    * ``smem_{ld,st}_conflicts``: shared-memory bank conflicts of LDS/STS (L1 hardware
+      counters), ``ldsm_conflicts`` of ldmatrix (SASS counters), each with ``_per_wavefront``:
+      conflicts / wavefronts (0 = conflict-free; 0.5 = half the wavefronts are extra);
+    * ``stall_per_issue``: the stall ratios summed (warp cycles spent stalled per issued
+      instruction, over the reasons read); ``stall_k`` / ``stall_k_share``: the k-th largest
+      reason and its share of that sum.
+
+    A call whose torch SDPA issued several kernels is one row (``n_kernels`` > 1): counters
+    (``.sum``) add, percentages and ratios are means weighted by each kernel's duration (what
+    :func:`assemble` records). Counters a GPU or ncu version reports as n/a (or not at all) come
+    out NaN, never 0.
+    """
+    import math
+
+    import pandas as pd
+
+    if long_table is None or len(long_table) == 0:
+        return pd.DataFrame(columns=FLASH_SUMMARY_COLUMNS)
+    w = flash_wide(long_table)
+
+    def get(row, *names):
+        for n in names:
+            v = row.get(n)
+            if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                return float(v)
+        return float("nan")
+
+    def per(a, b):
+        if math.isnan(a):
+            return float("nan")
+        if a == 0:
+            return 0.0
+        return a / b if b and not math.isnan(b) else float("nan")
+
+    stall_names = STALL_REASONS + HOPPER_STALL_REASONS
+    rows = []
+    for row in w.to_dict("records"):
+        out = {c: row.get(c) for c in FLASH_LABEL_COLUMNS + ["n_kernels"] if c != "purpose"}
+        out["ncu_kernels"] = _short_kernel_names(row.get("ncu_kernels"))
+        out["duration_us"] = get(row, DURATION) / 1e3
+        out["tensor_pipe_pct"] = get(row, *TENSOR_PIPE)
+        out["hmma_inst_pct"] = get(row, HMMA_INST)
+        out["fma_pipe_pct"] = get(row, FMA_PIPE)
+        out["issue_pct"] = get(row, ISSUE)
+        out["occupancy_pct"] = get(row, OCCUPANCY)
+        for kind, (conf, wave) in SMEM.items():
+            name = "ldsm" if kind == "ldsm" else f"smem_{kind}"
+            c, wv = get(row, conf), get(row, wave)
+            out[f"{name}_conflicts"] = c
+            out[f"{name}_conflicts_per_wavefront"] = per(c, wv)
+        stalls = {r: get(row, stall_metric(r)) for r in stall_names}
+        stalls = {r: v for r, v in stalls.items() if not math.isnan(v)}
+        total = sum(stalls.values())
+        out["stall_per_issue"] = total if stalls else float("nan")
+        top = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
+        for k in range(3):
+            if k < len(top) and total > 0:
+                out[f"stall_{k + 1}"], out[f"stall_{k + 1}_share"] = top[k][0], top[k][1] / total
+            else:
+                out[f"stall_{k + 1}"], out[f"stall_{k + 1}_share"] = None, float("nan")
+        rows.append(out)
+    return pd.DataFrame(rows, columns=FLASH_SUMMARY_COLUMNS)
+
+
+def flash_counters(notebook: str, mode, profile: str = "full", run: bool = False, timeout: int = 420, *,
+                   summary: bool = True, echo: bool = True):
+    """A flash notebook's Nsight Compute counters in one call: ``(table or None, note)``.
+
+    When ``run`` is true and ``mode`` is live, ``scripts/ncu_profile.py --notebook <notebook>
+    --profile <profile> --timeout <timeout>`` runs first (its output echoed when ``echo``); it
+    writes ``data/results/<gpu>/[<profile>/]<notebook>__ncu.csv`` or says why it could not. Then
+    the table is loaded: live mode reads this GPU's table of ``profile`` ('full' or 'quick'; other
+    profiles read 'quick', as the script records only those two), replay reads the recorded
+    'full' table of ``mode.gpu``. ``table`` is :func:`flash_summary` of it (the long table itself
+    with ``summary=False``); ``None`` when nothing is recorded, and ``note`` then says why. The
+    note always names where the figures come from (or what went wrong), so the notebook prints it.
+    """
+    import sys
+    import time
+
+    from .paths import REPO_ROOT
+    from .results import describe_provenance, has_table, load_table, table_path
+
+    prof = profile if profile in ("full", "quick") else "quick"
+    said = ""
+    if run and mode.live:
+        cmd = [sys.executable, str(REPO_ROOT / "scripts" / "ncu_profile.py"), "--notebook", notebook,
+               "--profile", prof, "--timeout", str(int(timeout))]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=int(timeout) + 120, cwd=REPO_ROOT)
+            lines = [l for l in proc.stdout.splitlines() if l.startswith("[ncu_profile]")]
+            if echo:
+                print("\n".join(proc.stdout.splitlines()[-60:]))
+                if proc.returncode:
+                    print(proc.stderr[-3000:])
+            last = lines[-1].removeprefix("[ncu_profile]").strip() if lines else \
+                ((proc.stderr.strip().splitlines() or ["no output"])[-1])
+            said = (f" This run: scripts/ncu_profile.py exited with status {proc.returncode} after "
+                    f"{time.perf_counter() - t0:.0f} s ({last}).")
+        except subprocess.TimeoutExpired:
+            said = f" This run: scripts/ncu_profile.py did not finish within {int(timeout) + 120} s."
+    load_profile = prof if mode.live else "full"
+    path = table_path(notebook, FLASH_TABLE, mode.gpu, load_profile)
+    try:
+        shown = path.relative_to(REPO_ROOT)
+    except ValueError:
+        shown = path
+    if not has_table(notebook, FLASH_TABLE, mode.gpu, load_profile):
+        return None, (f"Nsight Compute counters not available for '{mode.gpu}': {shown} is absent "
+                      f"(record it on the GPU with `python scripts/ncu_profile.py --notebook {notebook}"
+                      f"{'' if load_profile == 'full' else ' --profile ' + load_profile}`, "
+                      "which needs Nsight Compute and access to the performance counters)." + said)
+    long = load_table(notebook, FLASH_TABLE, mode.gpu, load_profile)
+    table = flash_summary(long) if summary else long
+    calls = len(flash_wide(long))
+    return table, (f"Nsight Compute counters of {calls} profiled calls ({shown}): {describe_provenance(long)}."
+                   + said)

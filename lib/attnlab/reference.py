@@ -6,20 +6,11 @@ import math
 
 import numpy as np
 
+from .arrays import max_abs_error, rel_error, to_numpy  # noqa: F401  (re-exported: the family's error measures)
+
 
 def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
-
-
-def to_numpy(x) -> np.ndarray:
-    """NumPy copy of a NumPy, CuPy or torch array."""
-    if isinstance(x, np.ndarray):
-        return x
-    if hasattr(x, "detach"):  # torch
-        return x.detach().cpu().numpy()
-    if hasattr(x, "get"):  # cupy
-        return x.get()
-    return np.asarray(x)
 
 
 def _xp_of(x):
@@ -30,12 +21,16 @@ def _xp_of(x):
         return cp, x
     if mod.startswith("torch") and x.is_cuda:
         import cupy as cp
-        return cp, cp.from_dlpack(x.detach())
+        import torch
+        x = x.detach()
+        return cp, cp.from_dlpack(x.float() if x.dtype == torch.bfloat16 else x)
     return np, to_numpy(x)
 
 
-def attention_fp64(q, k, v, scale: float | None = None):
+def attention_fp64(q, k, v, scale: float | None = None, causal: bool = False):
     """softmax(scale · Q Kᵀ) V in float64, head by head (so N=4097 needs only N² doubles at once).
+
+    ``causal``: query row i attends to keys j <= i only (one sequence length for q and k).
 
     Shapes [B, H, N, D]; returns float64 [B, H, N, D] — a NumPy array for host inputs, a CuPy
     array for device inputs (the same formula, evaluated in float64 on the GPU).
@@ -55,6 +50,8 @@ def attention_fp64(q, k, v, scale: float | None = None):
     for h0 in range(0, B * H, step):
         sl = slice(h0, h0 + step)
         s = xp.matmul(qf[sl], kf[sl].transpose(0, 2, 1)) * scale
+        if causal:
+            s[:, ~xp.tri(N, dtype=bool)] = -xp.inf
         s -= s.max(axis=-1, keepdims=True)
         p = xp.exp(s)
         p /= p.sum(axis=-1, keepdims=True)
@@ -62,7 +59,7 @@ def attention_fp64(q, k, v, scale: float | None = None):
     return out.reshape(B, H, N, D)
 
 
-def attention_sdpa(q, k, v, scale: float | None = None):
+def attention_sdpa(q, k, v, scale: float | None = None, causal: bool = False):
     """torch.nn.functional.scaled_dot_product_attention on the inputs' device and dtype.
 
     Accepts torch tensors, or CuPy arrays (zero-copy through DLPack); returns a torch tensor.
@@ -83,32 +80,13 @@ def attention_sdpa(q, k, v, scale: float | None = None):
         return t.clone() if t.is_cuda and t.data_ptr() % 16 else t
 
     q, k, v = (aligned(as_torch(a)) for a in (q, k, v))
-    return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
 
 
-def rel_error(out, ref) -> float:
-    """‖out − ref‖_F / ‖ref‖_F in float64; NaN or Inf anywhere in ``out`` gives inf."""
-    o = to_numpy(out).astype(np.float64)
-    r = to_numpy(ref).astype(np.float64)
-    if o.shape != r.shape:
-        raise ValueError(f"shapes differ: {o.shape} vs {r.shape}")
-    if not np.all(np.isfinite(o)):
-        return float("inf")
-    denom = np.linalg.norm(r)
-    return float(np.linalg.norm(o - r) / denom) if denom > 0 else float(np.linalg.norm(o - r))
-
-
-def max_abs_error(out, ref) -> float:
-    o = to_numpy(out).astype(np.float64)
-    r = to_numpy(ref).astype(np.float64)
-    if not np.all(np.isfinite(o)):
-        return float("inf")
-    return float(np.max(np.abs(o - r))) if o.size else 0.0
-
-
-def attention_flops(B: int, H: int, N: int, D: int) -> int:
-    """Forward FLOPs, FlashAttention's convention: 2·N²·D for QKᵀ plus 2·N²·D for PV, per head."""
-    return 4 * B * H * N * N * D
+def attention_flops(B: int, H: int, N: int, D: int, causal: bool = False) -> int:
+    """Forward FLOPs, FlashAttention's convention: 2·N²·D for QKᵀ plus 2·N²·D for PV, per head;
+    causal attention counts half (the convention of FlashAttention's and torch's benchmarks)."""
+    return (2 if causal else 4) * B * H * N * N * D
 
 
 def attention_min_bytes(B: int, H: int, N: int, D: int, itemsize: int = 4) -> int:

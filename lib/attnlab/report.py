@@ -2,21 +2,47 @@
 notebooks and their HTML in reports/<gpu>/, and write an index with status, duration, mode and
 headline figures.
 
-    python -m attnlab.report --profile full            # all notebooks
+    python -m attnlab.report --profile full            # all notebooks: the recorded run
     python -m attnlab.report --only 01 03 -p seed=7    # some notebooks, one parameter overridden
 
-Live runs write to reports/<gpu>/ (e.g. reports/h200/); replay runs to reports/<gpu>-replay/ so a
-CPU machine never overwrites the recorded live reports. A failing notebook is recorded as failed,
-its executed output kept, and the others still run; the exit code is 1 if any failed.
+Only a live run with the full profile and no -p override writes the recorded folder reports/<gpu>/
+(e.g. reports/h200/) and reports/README.md. Other live runs go to reports/<gpu>-<profile>/, or
+reports/<gpu>-custom/ with -p overrides (their tables to data/results/<gpu>/custom/); replays go to
+reports/<gpu>-replay/. Those folders are local and not committed. Each folder's README.md and
+runs.json record the command line, profile and overrides of every notebook listed.
+
+A failing notebook is recorded as failed and its executed output written beside the last good one
+as NN_name.FAILED.ipynb/.html (a later success removes it); the others still run and the exit
+status is 1. A mistake on the command line is one line on stderr and exit status 2.
+
+Many GPUs (:mod:`attnlab.cluster`):
+
+    python -m attnlab.report --gpus all                # this host's GPUs, one notebook per GPU at a time
+    python -m attnlab.report --gpus 0 1 --profile quick
+    python -m attnlab.report --cluster auto            # a Ray cluster (also: RAY_ADDRESS set)
+
+Each notebook then runs in its own process pinned to one whole GPU (CUDA_VISIBLE_DEVICES), longest
+first by the durations of the last recorded run, after the notebooks whose tables it reads
+(:func:`notebook_dependencies`). Each notebook writes its own tables; the index (README.md,
+runs.json) has one writer, this process, which rewrites it after every notebook and records which
+GPU (index, UUID) and host ran it. On a Ray cluster each notebook is a task with one GPU that
+returns its executed notebook and the tables it wrote; they are written here, atomically, once the
+task has returned; a task whose worker dies is retried (--retries) and then recorded as failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
+import re
+import secrets
+import shlex
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +50,34 @@ from typing import Any
 
 import yaml
 
-from .env import resolve_mode
+from . import cluster
+from . import env as _env
+from .env import Mode, MissingRecordedData, gpu_slug, resolve_mode
 from .nb import HEADLINE_MIME
-from .paths import NOTEBOOKS_DIR, REPORTS_DIR
+from .paths import NOTEBOOKS_DIR, REPO_ROOT, REPORTS_DIR
 
 PROFILES_DIR = NOTEBOOKS_DIR / "profiles"
+CANONICAL_PROFILE = "full"       # as attnlab.results: the profile whose tables replay shows
+CUSTOM_PROFILE = "custom"        # the table profile (and folder suffix) of runs with -p overrides
+FAILED_TAG = "FAILED"            # NN_name.FAILED.ipynb/.html: a failed run beside the last good one
+LOCAL_MARKER = ".gitignore"      # written into every folder of a run that is not the recorded one
+_LOCAL_MARKER_HEAD = "# written by attnlab.report"
+_PROFILE_NAME = re.compile(r"[a-z0-9_]+")
+# Set by the runner itself from its command line: -p cannot override them.
+_RESERVED = {"mode": "--mode", "gpu": "--gpu", "profile": "--profile"}
+#: What travels to a Ray worker: the code a notebook runs (data/ travels with each task, current).
+CLUSTER_CODE = ("lib/attnlab", "kernels", "notebooks", "scripts")
+#: Where a cluster task's returned files may be written (relative to the repository).
+CLUSTER_WRITABLE = ("data/results", "data/tuned")
+#: Notebooks that read every recorded table of their GPU, so they run after every earlier one.
+READS_EVERY_EARLIER = {
+    "06_roofline": "places every recorded measurement of its GPU (attnlab.roofline.collect_measurements)",
+    "12_cross_gpu": "lays every recorded table and tuned tile side by side",
+}
+
+
+class UsageError(ValueError):
+    """A mistake in the command line or a profile: reported as one line, exit status 2."""
 
 
 def list_notebooks(only: list[str] | None = None) -> list[Path]:
@@ -37,7 +86,8 @@ def list_notebooks(only: list[str] | None = None) -> list[Path]:
         picked = [p for p in books if any(p.stem.startswith(o) for o in only)]
         unknown = [o for o in only if not any(p.stem.startswith(o) for p in books)]
         if unknown:
-            raise ValueError(f"no notebook matches {unknown}; notebooks: {[p.stem for p in books]}")
+            raise UsageError(f"no notebook matches {unknown}; pass --only with a prefix of one of "
+                             f"{[p.stem for p in books]}")
         books = picked
     return books
 
@@ -49,9 +99,18 @@ def available_profiles() -> list[str]:
 def profile_parameters(profile: str, notebook: str) -> dict[str, Any]:
     path = PROFILES_DIR / f"{profile}.yaml"
     if not path.is_file():
-        raise ValueError(f"unknown profile {profile!r}; profiles: {available_profiles()}")
-    data = yaml.safe_load(path.read_text()) or {}
-    return {**(data.get("*") or {}), **(data.get(notebook) or {})}
+        raise UsageError(f"unknown profile {profile!r}; pass --profile with one of {available_profiles()} "
+                         f"(or add notebooks/profiles/{profile}.yaml)")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"notebooks/profiles/{path.name} is not valid YAML: fix it "
+                         f"({' '.join(str(exc).split())})") from None
+    sections = [data, data.get("*") or {}, data.get(notebook) or {}] if isinstance(data, dict) else [data]
+    if not all(isinstance(s, dict) for s in sections):
+        raise UsageError(f"notebooks/profiles/{path.name}: expected a mapping of notebook stems ('*' for all) "
+                         "to mappings of parameter: value")
+    return {**sections[1], **sections[2]}
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -59,9 +118,19 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise ValueError(f"parameter override {pair!r} must look like key=value")
+            raise UsageError(f"parameter override {pair!r} must look like key=value, e.g. -p 'N_list=[64, 128]'")
         key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        key = key.strip()
+        if not key.isidentifier():
+            raise UsageError(f"parameter override {pair!r}: {key!r} is not a parameter name; write -p KEY=VALUE")
+        if key in _RESERVED:
+            raise UsageError(f"-p {key}=... is set by the runner: use {_RESERVED[key]} {value.strip() or 'VALUE'} instead")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UsageError(f"parameter override {pair!r}: the value is not valid YAML ({problem}); "
+                             "quote it for the shell, e.g. -p 'N_list=[64, 128]'") from None
     return out
 
 
@@ -76,8 +145,56 @@ def check_parameters(path: Path, params: dict[str, Any]) -> None:
     declared = declared_parameters(path)
     unknown = sorted(set(params) - set(declared))
     if unknown:
-        raise ValueError(f"{path.stem}: unknown parameter(s) {unknown}; it declares {sorted(declared)}")
+        raise UsageError(f"{path.stem}: unknown parameter(s) {unknown}; it declares {sorted(declared)}")
 
+
+# ---------------------------------------------------------------- where a run goes
+
+def is_canonical(mode: Mode, profile: str, overrides: dict[str, Any]) -> bool:
+    """The recorded run: live, the full profile, nothing overridden."""
+    return mode.live and profile == CANONICAL_PROFILE and not overrides
+
+
+def table_profile(profile: str, overrides: dict[str, Any]) -> str:
+    """The ``profile`` parameter the notebooks get, which names their tables' folder
+    (data/results/<gpu>/ for full, data/results/<gpu>/<profile>/ otherwise): any -p override
+    makes the run custom, so it never writes the recorded full-profile tables."""
+    return CUSTOM_PROFILE if overrides else profile
+
+
+def report_folder(mode: Mode, profile: str, overrides: dict[str, Any]) -> Path:
+    if not mode.live:
+        return REPORTS_DIR / f"{mode.gpu}-replay"
+    if is_canonical(mode, profile, overrides):
+        return REPORTS_DIR / mode.gpu
+    return REPORTS_DIR / f"{mode.gpu}-{table_profile(profile, overrides)}"
+
+
+def is_local_folder(folder: Path) -> bool:
+    """A folder of replays or non-canonical runs: never committed, never in reports/README.md."""
+    marker = folder / LOCAL_MARKER
+    return folder.name.endswith("-replay") or (
+        marker.is_file() and marker.read_text().startswith(_LOCAL_MARKER_HEAD))
+
+
+def mark_local(folder: Path, why: str) -> None:
+    marker = folder / LOCAL_MARKER
+    if not marker.exists():
+        write_text_atomic(marker, f"{_LOCAL_MARKER_HEAD}: {why}; not committed\n*\n")
+
+
+def check_out_dir(out_dir: Path, mode: Mode, canonical: bool) -> None:
+    reports = REPORTS_DIR.resolve()
+    if out_dir == reports:
+        raise UsageError(f"--out {out_dir} is the reports folder itself: name a folder inside it")
+    if canonical or out_dir.parent != reports or is_local_folder(out_dir):
+        return
+    if out_dir.name == mode.gpu or (out_dir / "runs.json").is_file():
+        raise UsageError(f"--out {out_dir} holds a recorded run, which only a live full-profile run without "
+                         "-p overrides may write: leave out --out or name another folder")
+
+
+# ---------------------------------------------------------------- running
 
 @dataclass
 class NotebookRun:
@@ -89,6 +206,13 @@ class NotebookRun:
     headlines: dict[str, Any] = field(default_factory=dict)
     parameters: dict[str, Any] = field(default_factory=dict)
     finished_utc: str = ""
+    profile: str = ""                                        # --profile of the run
+    overrides: dict[str, Any] = field(default_factory=dict)  # its -p overrides
+    command: str = ""                                        # its command line, as typed
+    last_passed_utc: str = ""                                # a failed run: when the kept good copy finished
+    gpu_index: str = ""                                      # which GPU ran it: CUDA_VISIBLE_DEVICES of its process
+    gpu_uuid: str = ""                                       # ... and that GPU's UUID (nvidia-smi)
+    host: str = ""                                           # the machine it ran on
 
 
 def collect_headlines(nb_node) -> dict[str, Any]:
@@ -102,7 +226,22 @@ def collect_headlines(nb_node) -> dict[str, Any]:
     return found
 
 
-def export_html(ipynb: Path) -> Path:
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write beside ``path`` and rename into place: a crash leaves the old file or the new, never half."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        with open(tmp, "x", encoding="utf-8") as fh:   # mode 0o666 less the umask, like a plain write
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def export_html(ipynb: Path, html: Path | None = None) -> Path:
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -111,11 +250,7 @@ def export_html(ipynb: Path) -> Path:
         body, _ = HTMLExporter(template_name="lab").from_notebook_node(node)
     except Exception:  # noqa: BLE001 - a missing template should not lose the report
         body, _ = HTMLExporter(template_name="classic").from_notebook_node(node)
-    html = ipynb.with_suffix(".html")
-    tmp = html.with_suffix(".html.tmp")
-    tmp.write_text(body)
-    tmp.replace(html)
-    return html
+    return write_text_atomic(html or ipynb.with_suffix(".html"), body)
 
 
 def kernel_can_import_attnlab() -> None:
@@ -126,34 +261,75 @@ def kernel_can_import_attnlab() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join([lib, *(p for p in parts if p != lib)])
 
 
-def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mode: str = "") -> NotebookRun:
-    import nbformat
+def report_files(out_dir: Path, notebook: str, failed: bool = False) -> tuple[Path, Path]:
+    """The executed notebook and its HTML: the last good ones, or the FAILED copies beside them."""
+    stem = f"{notebook}.{FAILED_TAG}" if failed else notebook
+    return out_dir / f"{stem}.ipynb", out_dir / f"{stem}.html"
+
+
+def execute_notebook(path: Path, output: Path, params: dict[str, Any], timeout: int) -> None:
+    """The one call that runs a notebook (tests replace it)."""
     import papermill
+
+    papermill.execute_notebook(str(path), str(output), parameters=params, kernel_name="python3",
+                               cwd=str(path.parent), progress_bar=False, execution_timeout=timeout)
+
+
+def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mode: str = "") -> NotebookRun:
+    """Execute into a scratch folder inside ``out_dir``, then rename into place: a pass replaces
+    NN_name.ipynb/.html and removes a stale FAILED copy; a failure leaves the last good copy as it
+    was and writes NN_name.FAILED.ipynb/.html beside it."""
+    import nbformat
     from papermill.exceptions import PapermillExecutionError
 
+    out_dir = out_dir.resolve()   # papermill saves from inside the notebook's folder
     run = NotebookRun(path.stem, parameters=params, mode=mode or params.get("mode", ""))
-    output = out_dir / path.name
-    start = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", suffix=".tmp", dir=out_dir))
     try:
-        papermill.execute_notebook(str(path), str(output), parameters=params, kernel_name="python3",
-                                   cwd=str(path.parent), progress_bar=False, execution_timeout=timeout)
-        run.status = "passed"
-    except PapermillExecutionError as exc:
-        run.status = "failed"
-        run.error = f"{exc.ename}: {exc.evalue}"[:300]
-    except Exception as exc:  # noqa: BLE001 - timeouts, kernel deaths: record and go on
-        run.status = "failed"
-        run.error = f"{type(exc).__name__}: {exc}"[:300]
-    run.duration_s = time.perf_counter() - start
-    run.finished_utc = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    if output.is_file():
-        run.headlines = collect_headlines(nbformat.read(output, as_version=4))
+        output, html = work / path.name, work / f"{path.stem}.html"
+        start = time.perf_counter()
         try:
-            export_html(output)
-        except Exception as exc:  # noqa: BLE001
-            run.error = (run.error + f" (HTML export failed: {exc})").strip()
+            execute_notebook(path, output, params, timeout)
+            run.status = "passed"
+        except PapermillExecutionError as exc:
+            run.status = "failed"
+            run.error = f"{exc.ename}: {exc.evalue}"[:300]
+        except Exception as exc:  # noqa: BLE001 - timeouts, kernel deaths: record and go on
+            run.status = "failed"
+            run.error = f"{type(exc).__name__}: {exc}"[:300]
+        run.duration_s = time.perf_counter() - start
+        run.finished_utc = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        if output.is_file():
+            try:
+                run.headlines = collect_headlines(nbformat.read(output, as_version=4))
+                export_html(output, html)
+            except Exception as exc:  # noqa: BLE001 - keep the notebook even if its page fails
+                run.error = (run.error + f" (HTML export failed: {exc})").strip()
+        install_outputs(out_dir, run, output, html)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return run
 
+
+def install_outputs(out_dir: Path, run: NotebookRun, ipynb: Path, html: Path) -> None:
+    """Rename an executed notebook and its page (in a scratch folder inside ``out_dir``) into place:
+    a pass replaces NN_name.ipynb/.html and removes a stale FAILED copy; a failure writes
+    NN_name.FAILED.ipynb/.html and leaves the last good copy as it was."""
+    good, failed = report_files(out_dir, run.notebook), report_files(out_dir, run.notebook, failed=True)
+    ipynb_dest, html_dest = good if run.status == "passed" else failed
+    produced = ipynb.is_file()
+    if produced:
+        os.replace(ipynb, ipynb_dest)
+        if html.is_file():
+            os.replace(html, html_dest)
+        else:
+            html_dest.unlink(missing_ok=True)   # an older run's page would not match the notebook
+    if run.status == "passed" or not produced:
+        for stale in failed:   # an older failure's copy would not match this run's index entry
+            stale.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- the index
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
@@ -162,98 +338,578 @@ def _fmt(v: Any) -> str:
 
 
 def merge_runs(out_dir: Path, runs: list[NotebookRun]) -> list[NotebookRun]:
-    """This invocation's runs over the folder's earlier ones: running only 07 keeps 01-06 listed."""
+    """This invocation's runs over the folder's earlier ones: running only 07 keeps 01-06 listed.
+    A failed run notes when the good copy it leaves in place was made."""
     earlier: dict[str, NotebookRun] = {}
     runs_file = out_dir / "runs.json"
     if runs_file.is_file():
         for r in json.loads(runs_file.read_text()):
             earlier[r["notebook"]] = NotebookRun(**{k: v for k, v in r.items() if k in NotebookRun.__dataclass_fields__})
-    earlier.update({r.notebook: r for r in runs})
+    for r in runs:
+        prev = earlier.get(r.notebook)
+        if r.status != "passed" and not r.last_passed_utc and prev is not None:
+            r = dataclasses.replace(r, last_passed_utc=prev.finished_utc if prev.status == "passed"
+                                    else prev.last_passed_utc)
+        earlier[r.notebook] = r
     return [earlier[k] for k in sorted(earlier)]
 
 
-def write_index(out_dir: Path, runs: list[NotebookRun], profile: str, mode_line: str) -> Path:
-    """Rewrite the folder's README.md index; ``runs`` replace earlier entries of the same notebooks."""
+def _links(out_dir: Path, r: NotebookRun) -> str:
+    def present(files: tuple[Path, Path]) -> str:
+        return " · ".join(f"[{p.suffix[1:]}]({p.name})" for p in files if p.is_file())
+
+    good, failed = present(report_files(out_dir, r.notebook)), present(report_files(out_dir, r.notebook, True))
+    parts = []
+    if good:
+        when = f" ({r.last_passed_utc})" if r.last_passed_utc else ""
+        parts.append(good if r.status == "passed" else f"last good{when}: {good}")
+    if failed:
+        parts.append(f"{FAILED_TAG}: {failed}")
+    return "<br>".join(parts) or "—"
+
+
+def ran_on(r: NotebookRun) -> str:
+    """'GPU 1 · GPU-8f2c3a1e… · host-a': which GPU and machine ran a notebook ('—' when not recorded)."""
+    parts = [f"GPU {r.gpu_index}" if r.gpu_index else "", f"{r.gpu_uuid[:12]}…" if r.gpu_uuid else "", r.host]
+    return " · ".join(p for p in parts if p) or "—"
+
+
+def _describe(command: str, profile: str, overrides: dict[str, Any]) -> str:
+    over = ", ".join(f"`{k}={json.dumps(v)}`" for k, v in overrides.items()) or "none"
+    return f"`{command}` (profile `{profile or '?'}`, overrides: {over})"
+
+
+def write_index(out_dir: Path, runs: list[NotebookRun], profile: str, mode_line: str, *,
+                command: str = "", overrides: dict[str, Any] | None = None,
+                top_index: bool | None = None) -> Path:
+    """Rewrite the folder's README.md index and runs.json; ``runs`` replace earlier entries of the
+    same notebooks. ``top_index`` (default: unless the folder is local) also rewrites reports/README.md."""
+    with _index_lock(out_dir):
+        return _write_index(out_dir, runs, profile, mode_line, command=command, overrides=overrides,
+                            top_index=top_index)
+
+
+class _index_lock:
+    """An exclusive lock on a folder (flock on the folder itself: no lock file is left behind) for
+    the read-merge-write of :func:`write_index`. The runner writes each index from one thread; this
+    also keeps two runners writing one folder from losing each other's entries."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        self.fd: int | None = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+
+            self.fd = os.open(self.out_dir, os.O_RDONLY)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):   # not POSIX, or a file system without flock: one writer still holds
+            if self.fd is not None:
+                os.close(self.fd)
+            self.fd = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)   # closing releases the lock
+        return False
+
+
+def _write_index(out_dir: Path, runs: list[NotebookRun], profile: str, mode_line: str, *,
+                 command: str = "", overrides: dict[str, Any] | None = None,
+                 top_index: bool | None = None) -> Path:
+    overrides = overrides or {}
+    command = command or f"python -m attnlab.report --profile {profile}"
     runs = merge_runs(out_dir, runs)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     lines = [f"# attnlab report — {out_dir.name}", "",
-             f"Updated {now} by `python -m attnlab.report --profile {profile}`. {mode_line}", "",
-             "| notebook | status | duration | mode | finished (UTC) | headline figures | files |",
-             "|---|---|---|---|---|---|---|"]
+             f"Updated {now} by {_describe(command, profile, overrides)}. {mode_line}", ""]
+    others: dict[tuple, list[str]] = {}
+    for r in runs:
+        if r.command != command or r.profile != profile or r.overrides != overrides:
+            others.setdefault((r.command, r.profile, json.dumps(r.overrides, sort_keys=True)), []).append(r.notebook)
+    for (cmd, prof, over), books in others.items():
+        made = _describe(cmd, prof, json.loads(over)) if cmd else "a command not recorded"
+        lines += [f"Listed from an earlier run: {', '.join(books)}, by {made}.", ""]
+    lines += ["| notebook | status | duration | mode | finished (UTC) | headline figures | files | ran on |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         heads = "<br>".join(f"{k}: {_fmt(v)}" for k, v in r.headlines.items()) or "—"
         err = f"<br>**{r.error}**" if r.error else ""
         lines.append(f"| {r.notebook} | {r.status}{err} | {r.duration_s:.1f} s | {r.mode} | {r.finished_utc or '—'} | {heads} | "
-                     f"[ipynb]({r.notebook}.ipynb) · [html]({r.notebook}.html) |")
+                     f"{_links(out_dir, r)} | {ran_on(r)} |")
     lines += ["", f"Total: {sum(r.duration_s for r in runs):.1f} s; "
               f"{sum(r.status == 'passed' for r in runs)}/{len(runs)} passed.", ""]
-    index = out_dir / "README.md"
-    tmp = index.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(lines))
-    tmp.replace(index)
-    (out_dir / "runs.json").write_text(json.dumps([r.__dict__ for r in runs], indent=1, default=str))
-    if not out_dir.name.endswith("-replay"):   # replays are local, not committed: keep them out
+    index = write_text_atomic(out_dir / "README.md", "\n".join(lines))
+    write_text_atomic(out_dir / "runs.json", json.dumps([dataclasses.asdict(r) for r in runs], indent=1, default=str))
+    if top_index if top_index is not None else not is_local_folder(out_dir):
         write_top_index()
     return index
 
 
 def write_top_index() -> Path:
-    lines = ["# Reports", "", "One folder per GPU measured live; each folder's README is its index (status, "
-             "duration, mode and headline figures per notebook). Replays on machines without that GPU go to "
-             "`<gpu>-replay/`, which is not committed.", ""]
-    for d in sorted(p for p in REPORTS_DIR.iterdir() if p.is_dir() and not p.name.endswith("-replay")):
+    lines = ["# Reports", "", "One folder per GPU measured live with the full profile; each folder's README is its "
+             "index (status, duration, mode and headline figures per notebook). Replays go to `<gpu>-replay/`, "
+             "live runs of other profiles to `<gpu>-<profile>/` and runs with `-p` overrides to `<gpu>-custom/`; "
+             "those are not committed.", ""]
+    for d in sorted(p for p in REPORTS_DIR.iterdir() if p.is_dir() and not is_local_folder(p)):
         runs_file = d / "runs.json"
         if runs_file.is_file():
             runs = json.loads(runs_file.read_text())
             ok = sum(r["status"] == "passed" for r in runs)
             lines.append(f"- [{d.name}]({d.name}/README.md): {ok}/{len(runs)} notebooks passed")
-    path = REPORTS_DIR / "README.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_text_atomic(REPORTS_DIR / "README.md", "\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------- many GPUs: order, workers, the index's one writer
+
+# a notebook's name in code ('04_padding', '04_padding__timing'), not a file ('attention/01_naive.cu')
+_STEM = re.compile(r"(?<![\w/.])([0-9]{2}_[a-z0-9_]+)\b(?!\.[A-Za-z])")
+
+
+def named_notebooks(path: Path, stems: set[str]) -> set[str]:
+    """The other notebooks whose names a notebook's code cells spell out (whose tables it reads;
+    a table's file name '04_padding__timing' counts as its notebook's name)."""
+    cells = json.loads(path.read_text()).get("cells", [])
+    code = "\n".join("".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code")
+    found = {m.split("__")[0] for m in _STEM.findall(code)}
+    return {m for m in found if m in stems and m != path.stem}
+
+
+def notebook_dependencies(paths: list[Path]) -> dict[str, frozenset[str]]:
+    """Which notebooks each must follow so that a parallel run reads what a serial run would:
+    of two notebooks of the run, the later one (in file order) follows the earlier when either
+    names the other in its code (04 reads 01–03's tables of this run and 06's ceilings of the last
+    one), or when the later one reads every recorded table (:data:`READS_EVERY_EARLIER`)."""
+    every = {p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")} | {p.stem for p in paths}
+    stems = [p.stem for p in paths]
+    names = {p.stem: named_notebooks(p, every) for p in paths}
+    deps: dict[str, set[str]] = {s: set() for s in stems}
+    for i, a in enumerate(stems):
+        for b in stems[i + 1:]:
+            if b in READS_EVERY_EARLIER or a in names[b] or b in names[a]:
+                deps[b].add(a)
+    return {s: frozenset(d) for s, d in deps.items()}
+
+
+def recorded_durations(folders: list[Path]) -> dict[str, float]:
+    """Each notebook's duration in the first of ``folders`` whose runs.json lists it."""
+    found: dict[str, float] = {}
+    for folder in folders:
+        try:
+            runs = json.loads((folder / "runs.json").read_text())
+        except (OSError, ValueError):
+            continue
+        for r in runs if isinstance(runs, list) else []:
+            if isinstance(r, dict) and isinstance(r.get("duration_s"), (int, float)) and r.get("notebook"):
+                found.setdefault(r["notebook"], float(r["duration_s"]))
+    return found
+
+
+def plan_jobs(plans: list[tuple[Path, dict[str, Any]]], folders: list[Path]) -> list[cluster.Job]:
+    """One job per notebook: its dependencies and the duration it took last time."""
+    deps = notebook_dependencies([p for p, _ in plans])
+    durations = recorded_durations(folders)
+    return [cluster.Job(path.stem, durations.get(path.stem), deps[path.stem], (path, params))
+            for path, params in plans]
+
+
+def where_this_runs() -> dict[str, str]:
+    """gpu_index / gpu_uuid / host of this process: CUDA_VISIBLE_DEVICES, the visible GPU's UUID
+    (nvidia-smi, when it can be asked), the host name."""
+    gpu = _env.visible_gpu() if shutil.which("nvidia-smi") else {}
+    index = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or gpu.get("index", "")
+    return {"gpu_index": index, "gpu_uuid": gpu.get("uuid", ""), "host": _env.host_name()}
+
+
+def _stamp(run: NotebookRun, where: dict[str, str]) -> NotebookRun:
+    for key in ("gpu_index", "gpu_uuid", "host"):
+        if not getattr(run, key) and where.get(key):
+            setattr(run, key, where[key])
+    return run
+
+
+def worker_main(spec_path: str) -> int:
+    """``python -m attnlab.report --worker SPEC.json``: run one notebook in this process (pinned by
+    its parent to one GPU) into ``out_dir`` and write ``{"run": ..., "mode": ...}`` to ``result``.
+    Used by --gpus (one process per notebook) and on Ray workers (inside the task's copy of the tree)."""
+    spec = json.loads(Path(spec_path).read_text())
+    path, out_dir, result = Path(spec["notebook"]), Path(spec["out_dir"]), Path(spec["result"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kernel_can_import_attnlab()
+    mode = None
+    try:
+        mode = resolve_mode(spec["mode"], spec["gpu"])
+        run = run_one(path, out_dir, spec["params"], spec["timeout"], mode.name)
+    except Exception as exc:  # noqa: BLE001 - a mode that cannot be resolved here: a failed notebook
+        run = NotebookRun(path.stem, status="failed", error=f"{type(exc).__name__}: {exc}"[:300],
+                          parameters=spec["params"], mode=spec["mode"],
+                          finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    _stamp(run, where_this_runs())
+    write_text_atomic(result, json.dumps({"run": dataclasses.asdict(run),
+                                          "mode": dataclasses.asdict(mode) if mode else None}, default=str))
+    return 0
+
+
+class ReportIndex:
+    """The one writer of this invocation's indexes: the runs of each report folder, whose
+    README.md and runs.json are rewritten after every notebook (by the driver, never a worker)."""
+
+    def __init__(self, profile: str, overrides: dict[str, Any], command: str, out: str | None, note: str = ""):
+        self.profile, self.overrides, self.command, self.out, self.note = profile, overrides, command, out, note
+        self.folders: dict[Path, dict[str, Any]] = {}
+
+    def folder(self, mode: Mode) -> Path:
+        """The folder a run in ``mode`` reports to (checked; created on :meth:`add`)."""
+        canonical = is_canonical(mode, self.profile, self.overrides)
+        out_dir = (Path(self.out) if self.out else report_folder(mode, self.profile, self.overrides)).resolve()
+        if out_dir not in self.folders:
+            check_out_dir(out_dir, mode, canonical)
+            if out_dir.exists() and not out_dir.is_dir():
+                raise UsageError(f"--out {out_dir} is a file: name a folder")
+            self.folders[out_dir] = {"runs": [], "mode": mode, "canonical": canonical, "ready": False,
+                                     "top": canonical and out_dir == (REPORTS_DIR / mode.gpu).resolve()}
+        return out_dir
+
+    def open(self, out_dir: Path) -> Path:
+        f = self.folders[out_dir]
+        if not f["ready"]:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if not f["canonical"]:
+                mark_local(out_dir, f"{f['mode'].name} run, profile {self.profile}"
+                           + (", with -p overrides" if self.overrides else ""))
+            f["ready"] = True
+        return out_dir
+
+    def add(self, out_dir: Path, run: NotebookRun) -> Path:
+        f = self.folders[out_dir]
+        self.open(out_dir)
+        run.profile, run.overrides, run.command = self.profile, self.overrides, self.command
+        f["runs"].append(run)
+        return self.write(out_dir)
+
+    def write(self, out_dir: Path) -> Path:
+        f = self.folders[out_dir]
+        return write_index(out_dir, f["runs"], self.profile, f"{f['mode']}{self.note}", command=self.command,
+                           overrides=self.overrides, top_index=f["top"])
+
+    def runs(self) -> list[NotebookRun]:
+        return [r for f in self.folders.values() for r in f["runs"]]
+
+    def summary(self) -> int:
+        runs = self.runs()
+        failed = [r.notebook for r in runs if r.status != "passed"]
+        indexes = [self.write(d) for d, f in self.folders.items() if f["ready"]]
+        print(f"index: {', '.join(map(str, indexes)) or 'none written'}; {len(runs) - len(failed)}/{len(runs)} passed"
+              + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+        return 1 if failed else 0
+
+
+def _line(run: NotebookRun) -> str:
+    return f"{run.status} ({run.duration_s:.1f} s){' — ' + run.error if run.error else ''}"
+
+
+def _worker_failure(notebook: str, params: dict[str, Any], mode: str, why: str) -> NotebookRun:
+    return NotebookRun(notebook, status="failed", error=" ".join(why.split())[:300], parameters=params, mode=mode,
+                       finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def run_on_gpus(plans: list[tuple[Path, dict[str, Any]]], gpus: list[cluster.Gpu], mode: Mode,
+                index: ReportIndex, out_dir: Path, timeout: int) -> None:
+    """Local parallel run: one worker per GPU, each notebook in its own process pinned to that GPU
+    (:func:`worker_main`), this process the index's only writer."""
+    jobs = plan_jobs(plans, [out_dir, REPORTS_DIR / mode.gpu])
+    scratch = Path(tempfile.mkdtemp(prefix="attnlab-gpus-"))
+    total, count = len(jobs), [0]
+
+    def execute(job: cluster.Job, gpu: cluster.Gpu):
+        path, params = job.payload
+        spec_file, result = scratch / f"{job.name}.job.json", scratch / f"{job.name}.result.json"
+        spec = {"notebook": str(path), "out_dir": str(out_dir), "result": str(result), "params": params,
+                "timeout": timeout, "mode": mode.requested, "gpu": params["gpu"]}
+        write_text_atomic(spec_file, json.dumps(spec, default=str))
+        start = time.perf_counter()
+        rc, out, err = cluster.run_pinned([sys.executable, "-m", "attnlab.report", "--worker", str(spec_file)],
+                                          cluster.pinned_environment(gpu), cwd=REPO_ROOT)
+        answer = json.loads(result.read_text()) if result.is_file() else None
+        return {"rc": rc, "stderr": err, "answer": answer, "seconds": time.perf_counter() - start}
+
+    def on_start(job: cluster.Job, gpu: cluster.Gpu) -> None:
+        print(f"  start {job.name} on {gpu}", flush=True)
+
+    def on_done(job: cluster.Job, gpu: cluster.Gpu, result, error) -> None:
+        path, params = job.payload
+        answer = (result or {}).get("answer")
+        if answer and answer.get("run"):
+            run = NotebookRun(**{k: v for k, v in answer["run"].items() if k in NotebookRun.__dataclass_fields__})
+            theirs = (answer.get("mode") or {}).get("gpu")
+            if theirs and theirs != mode.gpu:
+                run.status, run.error = "failed", (f"ran on a {theirs}, not a {mode.gpu}: its tables are in "
+                                                   f"data/results/{theirs}/; " + run.error)[:300]
+        else:
+            why = (f"{type(error).__name__}: {error}" if error else
+                   f"worker process exited with status {result['rc']}: {result['stderr'][-240:]}")
+            run = _worker_failure(job.name, params, mode.name, why)
+            run.duration_s = (result or {}).get("seconds", 0.0)
+        _stamp(run, {"gpu_index": gpu.index, "gpu_uuid": gpu.uuid})
+        count[0] += 1
+        print(f"[{count[0]}/{total}] {job.name} on {gpu}: {_line(run)}", flush=True)
+        index.add(out_dir, run)
+
+    try:
+        cluster.run_on_slots(jobs, gpus, execute, on_done, on_start)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_on_cluster(plans: list[tuple[Path, dict[str, Any]]], address: str | None, args, index: ReportIndex,
+                   *, task=None, root: Path | None = None) -> None:
+    """Each notebook a Ray task with one GPU (see :func:`attnlab.cluster.run_on_ray`); what a task
+    returns is written here as a local run would write it: tables atomically, then the executed
+    notebook into its report folder, then the index. ``task`` replaces
+    :func:`attnlab.cluster.tree_task` (tests kill workers through it)."""
+    root = Path(root or REPO_ROOT)
+    try:
+        ray, started = cluster.connect(address)
+    except ConnectionError as exc:
+        raise UsageError(f"cannot reach a Ray cluster at {address} ({' '.join(str(exc).split())[:200]}): start one "
+                         "with `ray start --head` (README: Many GPUs), or pass --cluster ADDRESS") from None
+    try:
+        gpus = cluster.cluster_gpus(ray)
+        if gpus < 1 and args.mode != "replay":
+            raise UsageError(f"the Ray cluster offers no GPU ({ray.cluster_resources()}); start nodes with GPUs, "
+                             "or replay on it with --mode replay")
+        num_gpus = 1 if gpus >= 1 else 0
+        code = ray.put(cluster.pack(root, CLUSTER_CODE))
+        commit, dirty = _env.git_commit(root)
+        jobs = plan_jobs(plans, [Path(args.out).resolve()] if args.out else [REPORTS_DIR / args.gpu])
+        total, count = len(jobs), [0]
+        last_folder: list[Path] = []
+
+        def submit(job: cluster.Job):
+            path, params = job.payload
+            spec = {"notebook": "{root}/notebooks/" + path.name, "out_dir": "{root}/out",
+                    "result": "{root}/out/result.json", "params": params, "timeout": args.timeout,
+                    "mode": args.mode, "gpu": args.gpu}
+            env = {"PYTHONPATH": "{root}/lib", "ATTNLAB_ROOT": "{root}", "ATTNLAB_GIT_COMMIT": commit,
+                   "ATTNLAB_GIT_DIRTY": "1" if dirty else "0"}
+            data = cluster.pack(root, ["data"])      # now: it holds what earlier notebooks wrote
+            return (code, data, ["-m", "attnlab.report", "--worker", "{root}/job.json"],
+                    {"job.json": json.dumps(spec, default=str)}, env), {}
+
+        def on_done(job: cluster.Job, result: dict | None, error: BaseException | None) -> None:
+            path, params = job.payload
+            outputs = dict((result or {}).get("outputs") or {})
+            answer = json.loads(outputs.pop("result.json")) if "result.json" in outputs else None
+            mode = Mode(**answer["mode"]) if answer and answer.get("mode") else None
+            if answer and answer.get("run"):
+                run = NotebookRun(**{k: v for k, v in answer["run"].items() if k in NotebookRun.__dataclass_fields__})
+            elif error is not None:
+                run = _worker_failure(job.name, params, args.mode, str(error))
+            else:
+                run = _worker_failure(job.name, params, args.mode, f"worker process exited with status "
+                                      f"{result.get('returncode')}: {result.get('stderr', '')[-240:]}")
+            _stamp(run, {"host": (result or {}).get("host", ""),
+                         "gpu_index": (result or {}).get("cuda_visible_devices", "")})
+            try:
+                cluster.install_written(root, (result or {}).get("written") or {}, CLUSTER_WRITABLE)
+            except ValueError as exc:
+                run.status, run.error = "failed", f"{exc}; nothing of it was written"[:300]
+            if mode is not None:
+                out_dir = index.folder(mode)
+            elif last_folder:
+                out_dir = last_folder[-1]
+            else:
+                guess = Mode(False, args.gpu, args.gpu, args.mode, "no worker reported its mode")
+                out_dir = index.folder(guess)
+            last_folder.append(out_dir)
+            index.open(out_dir)
+            work = Path(tempfile.mkdtemp(prefix=f".{job.name}.", suffix=".tmp", dir=out_dir))
+            try:
+                ipynb, html = work / path.name, work / f"{path.stem}.html"
+                for name, blob in outputs.items():
+                    if name in (path.name, f"{path.stem}.{FAILED_TAG}.ipynb"):
+                        ipynb.write_bytes(blob)
+                    elif name in (f"{path.stem}.html", f"{path.stem}.{FAILED_TAG}.html"):
+                        html.write_bytes(blob)
+                install_outputs(out_dir, run, ipynb, html)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            count[0] += 1
+            where = ran_on(run)
+            print(f"[{count[0]}/{total}] {job.name} on {where}: {_line(run)}", flush=True)
+            index.add(out_dir, run)
+
+        def on_submit(job: cluster.Job) -> None:
+            print(f"  submitted {job.name}", flush=True)
+
+        cluster.run_on_ray(jobs, submit, on_done, num_gpus=num_gpus, max_retries=args.retries,
+                           task=task or cluster.tree_task, on_submit=on_submit)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------- the command line
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not the usage block
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return value
+
+
+def _retries(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more retries")
+    return value
+
+
+def run_mode(mode: str, gpu: str) -> Mode:
+    """:func:`attnlab.env.resolve_mode`, its user errors turned into :class:`UsageError`."""
+    try:
+        return resolve_mode(mode, gpu)
+    except MissingRecordedData as exc:
+        raise UsageError(f"{' '.join(str(exc).split())} Or replay a recorded GPU with --gpu NAME.") from None
+    except ValueError as exc:   # a --gpu that cannot name a results folder
+        raise UsageError(f"{exc} (--mode {mode} --gpu {gpu})") from None
+    except RuntimeError:
+        if mode == "live" and not _env.cuda_usable():
+            raise UsageError("--mode live needs a usable CUDA device and CuPy, and none was found on this "
+                             "machine: run with --mode auto or --mode replay") from None
+        raise
+
+
+def pick_gpus(selection: list[str], mode: Mode) -> tuple[list[cluster.Gpu], Mode]:
+    """The GPUs of --gpus, and the mode their runs report under: live runs need one GPU model (its
+    tables and report folder are that model's)."""
+    try:
+        gpus = cluster.list_gpus(cluster.parse_gpu_selection(selection))
+    except cluster.GpuSelectionError as exc:
+        raise UsageError(str(exc)) from None
+    if not mode.live:
+        return gpus, mode
+    models = {}
+    for g in gpus:
+        models.setdefault(gpu_slug(g.name) if g.name else mode.gpu, []).append(g.index)
+    if len(models) > 1:
+        raise UsageError("--gpus: the GPUs are of different models (" + "; ".join(
+            f"{m}: {', '.join(ix)}" for m, ix in models.items()) + "): pick the GPUs of one model, "
+            "e.g. --gpus " + " ".join(next(iter(models.values()))))
+    slug = next(iter(models))
+    if slug != mode.gpu:
+        name = next(g.name for g in gpus)
+        mode = Mode(True, slug, name, mode.requested, f"measuring now on {name}")
+    return gpus, mode
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m attnlab.report", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="full", help=f"parameter profile ({', '.join(available_profiles())})")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--worker"] and len(argv) == 2:   # one notebook in a pinned process (see worker_main)
+        return worker_main(argv[1])
+    prog = os.environ.get("ATTNLAB_PROG", "python -m attnlab.report")
+    command = " ".join([prog, shlex.join(argv)]).strip()
+    ap = _Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default=CANONICAL_PROFILE,
+                    help=f"parameter profile ({', '.join(available_profiles())}; notebooks/profiles/*.yaml)")
     ap.add_argument("--mode", default="auto", choices=("auto", "live", "replay"))
     ap.add_argument("--gpu", default="h200", help="recorded GPU to replay when no GPU is usable")
     ap.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 01 05")
     ap.add_argument("-p", "--parameter", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a parameter in every selected notebook (YAML value)")
-    ap.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
-    ap.add_argument("--out", help="output folder (default reports/<gpu> or reports/<gpu>-replay)")
+                    help="override a parameter in every selected notebook (YAML value); the run is then "
+                         "custom: reports/<gpu>-custom/, data/results/<gpu>/custom/")
+    ap.add_argument("--timeout", type=_positive_int, default=1200, help="seconds per cell")
+    ap.add_argument("--out", help="output folder (default reports/<gpu>, reports/<gpu>-<profile>, "
+                                  "reports/<gpu>-custom or reports/<gpu>-replay)")
+    ap.add_argument("--gpus", nargs="+", metavar="all|INDEX",
+                    help="run notebooks in parallel on this host's GPUs ('all', or indices as nvidia-smi "
+                         "numbers them: --gpus 0 1), each in its own process pinned to one GPU")
+    ap.add_argument("--cluster", metavar="ADDRESS",
+                    help="run each notebook as a Ray task with one GPU on the cluster at ADDRESS ('auto', "
+                         "host:6379, ray://host:10001); default: $RAY_ADDRESS when set (needs the 'ray' extra)")
+    ap.add_argument("--retries", type=_retries, default=2,
+                    help="on a Ray cluster: times a notebook whose worker died is run again (default 2)")
     args = ap.parse_args(argv)
+    address = None if args.gpus else (args.cluster or os.environ.get("RAY_ADDRESS") or None)
 
     try:
+        if args.gpus and args.cluster:
+            raise UsageError("--gpus runs on this host's GPUs, --cluster on a Ray cluster's: pick one")
         books = list_notebooks(args.only)
         overrides = parse_overrides(args.parameter)
-        mode = resolve_mode(args.mode, args.gpu)
+        if address:
+            cluster.import_ray()
+            mode = run_mode("replay", args.gpu) if args.mode == "replay" else None
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.gpu):
+                raise UsageError(f"gpu must be a results folder name such as 'h200', got {args.gpu!r}")
+        else:
+            mode = run_mode(args.mode, args.gpu)
+        gpus = None
+        if args.gpus:
+            gpus, mode = pick_gpus(args.gpus, mode)
         plans = []
         for path in books:
             params = {**profile_parameters(args.profile, path.stem), **overrides,
-                      "mode": args.mode, "gpu": args.gpu}
+                      "profile": table_profile(args.profile, overrides), "mode": args.mode, "gpu": args.gpu}
             check_parameters(path, params)
             plans.append((path, params))
-    except (ValueError, FileNotFoundError) as exc:
+        if not _PROFILE_NAME.fullmatch(args.profile):
+            raise UsageError(f"profile {args.profile!r}: profile names are lower_snake_case (they name "
+                             f"data/results/<gpu>/<profile>/): rename notebooks/profiles/{args.profile}.yaml")
+        note = (f"; on the Ray cluster at {address}" if address else
+                f"; {len(gpus)} GPU(s) in parallel ({', '.join(g.index for g in gpus)})" if gpus else "")
+        index = ReportIndex(args.profile, overrides, command, args.out, note)
+        out_dir = index.folder(mode) if mode is not None and not address else None
+        if address and args.out:
+            out = Path(args.out).resolve()
+            if out == REPORTS_DIR.resolve() or (out.exists() and not out.is_dir()):
+                raise UsageError(f"--out {out}: name a folder inside reports/")
+    except (UsageError, cluster.RayUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out_dir = Path(args.out) if args.out else REPORTS_DIR / (mode.gpu if mode.live else f"{mode.gpu}-replay")
-    out_dir.mkdir(parents=True, exist_ok=True)
     kernel_can_import_attnlab()
-    print(f"attnlab report: {len(plans)} notebook(s), profile {args.profile}, {mode} -> {out_dir}", flush=True)
-    runs = []
-    for i, (path, params) in enumerate(plans, 1):
-        print(f"[{i}/{len(plans)}] {path.stem} ...", end=" ", flush=True)
-        run = run_one(path, out_dir, params, args.timeout, mode.name)
-        runs.append(run)
-        print(f"{run.status} ({run.duration_s:.1f} s){' — ' + run.error if run.error else ''}", flush=True)
-        write_index(out_dir, runs, args.profile, str(mode))
-    index = write_index(out_dir, runs, args.profile, str(mode))
-    failed = [r.notebook for r in runs if r.status != "passed"]
-    print(f"index: {index}; {len(runs) - len(failed)}/{len(runs)} passed"
-          + (f"; FAILED: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+    try:
+        if address:
+            print(f"attnlab report: {len(plans)} notebook(s), profile {args.profile}"
+                  f"{', overrides ' + ', '.join(args.parameter) if overrides else ''}, --mode {args.mode}, "
+                  f"on the Ray cluster at {address}", flush=True)
+            run_on_cluster(plans, address, args, index)
+            return index.summary()
+        index.open(out_dir)
+        print(f"attnlab report: {len(plans)} notebook(s), profile {args.profile}"
+              f"{', overrides ' + ', '.join(args.parameter) if overrides else ''}, {mode}{note} -> {out_dir}",
+              flush=True)
+        if gpus:
+            run_on_gpus(plans, gpus, mode, index, out_dir, args.timeout)
+            return index.summary()
+        where = where_this_runs() if mode.live else {"host": _env.host_name()}   # a replay uses no GPU
+        for i, (path, params) in enumerate(plans, 1):
+            print(f"[{i}/{len(plans)}] {path.stem} ...", end=" ", flush=True)
+            run = _stamp(run_one(path, out_dir, params, args.timeout, mode.name), where)
+            print(_line(run), flush=True)
+            index.add(out_dir, run)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        cluster.terminate_children()
+        print(f"\ninterrupted: the index in {out_dir or 'each report folder'} lists the notebooks that finished; "
+              "the last good copy of an interrupted one is untouched", file=sys.stderr)
+        return 130
+    return index.summary()
 
 
 if __name__ == "__main__":

@@ -109,3 +109,19 @@ def describe_recorded_gpu(gpu: str) -> str:
     stamps = sorted(df["timestamp_utc"].astype(str))
     return (f"{df['gpu_name'].iloc[0]} · driver {df['driver_version'].iloc[0]} · {len(firsts)} tables "
             f"recorded {stamps[0]} … {stamps[-1]} · commits {', '.join(commits)}")
+
+
+def select_requested(df: pd.DataFrame, **wanted) -> tuple[pd.DataFrame, list[dict]]:
+    """Rows of a recorded table at the requested grid points (``N=[...]``, ``D=[...]``), and the
+    requested points that were never recorded (for replay: say so instead of silently showing
+    another grid)."""
+    import itertools
+
+    keys = [k for k, v in wanted.items() if v is not None]
+    mask = pd.Series(True, index=df.index)
+    for k in keys:
+        mask &= df[k].isin(list(wanted[k]))
+    have = set(map(tuple, df.loc[mask, keys].drop_duplicates().itertuples(index=False))) if keys else set()
+    missing = [dict(zip(keys, combo)) for combo in itertools.product(*(list(wanted[k]) for k in keys))
+               if tuple(combo) not in have]
+    return df[mask], missing

@@ -535,6 +535,45 @@ def measure_fma_peak(*, iters: int = 4096, budget_s: float = 0.5, defines=None) 
             "sms": facts["sms"]}
 
 
+MMA_SOURCE = "bench/03_mma_peak.cu"
+MMA_THREADS = 256
+#: kernels/bench/03_mma_peak.cu's KIND template argument and FLOPs per mma.sync instruction.
+MMA_KINDS = {"tf32_mma": (0, 2 * 16 * 8 * 8), "bf16_mma": (1, 2 * 16 * 8 * 16), "fp16_mma": (2, 2 * 16 * 8 * 16)}
+
+
+def mma_flops(kind: str, grid: int, threads: int, iters: int, chains: int, unroll: int) -> int:
+    """FLOPs of one launch of kernels/bench/03_mma_peak.cu: every warp issues
+    iters·unroll·chains MMAs of ``kind``."""
+    return MMA_KINDS[kind][1] * (grid * threads // 32) * iters * chains * unroll
+
+
+def measure_mma_peak(kind: str = "bf16_mma", *, iters: int = 2048, budget_s: float = 0.5) -> dict:
+    """Run kernels/bench/03_mma_peak.cu (one mma.sync kind) on a full wave; FLOP/s of that kind."""
+    import cupy as cp
+    from .compile import load_kernel
+    from .timing import time_gpu
+
+    if kind not in MMA_KINDS:
+        raise ValueError(f"unknown MMA kind {kind!r}: choose from {', '.join(MMA_KINDS)}")
+    facts = device_facts()
+    ker = load_kernel(MMA_SOURCE, "mma_peak", (MMA_KINDS[kind][0],))
+    cfg_k = load_kernel(MMA_SOURCE, "mma_peak_config")
+    cfg = cp.zeros(2, dtype=cp.int32)
+    cfg_k((1,), (1,), (cfg,))
+    chains, unroll = (int(x) for x in cfg.get())
+    grid, per_sm = _resident_grid(ker, MMA_THREADS, facts["sms"])
+    out = cp.empty(grid * MMA_THREADS, dtype=cp.float32)
+    t = time_gpu(lambda: ker((grid,), (MMA_THREADS,), (out, np.int32(iters))), budget_s=budget_s, flush_l2=False)
+    if not bool(cp.isfinite(out).all()):
+        raise RuntimeError("mma_peak produced non-finite values")
+    flops = mma_flops(kind, grid, MMA_THREADS, iters, chains, unroll)
+    return {"ceiling": kind, "flops": flops, "median_ms": t.median_ms, "q1_ms": t.q1_ms,
+            "q3_ms": t.q3_ms, "repeats": t.repeats, "value": flops / (t.median_ms * 1e-3),
+            "unit": "FLOP/s", "grid": grid, "block": MMA_THREADS, "blocks_per_sm": per_sm,
+            "iters": iters, "chains": chains, "unroll": unroll, "registers": int(ker.num_regs),
+            "sms": facts["sms"]}
+
+
 def measure_copy_bandwidth(*, nbytes: int | None = None, budget_s: float = 0.5, check: bool = True) -> dict:
     """Run kernels/bench/02_copy.cu over buffers ≥ 8× L2 (default: max(8·L2, 1 GiB), capped at a
     quarter of free memory); bytes/s counting read + written."""

@@ -8,6 +8,10 @@ import pandas as pd
 from .paths import REFERENCE_DIR
 
 SEED_GPU = "GTX 1660 Ti"
+#: Seed 000's D-adaptive tiles (TILE_ROWS, TILE_KV) from its GTX 1660 Ti scan
+#: (data/reference/gtx1660ti_best_tiles.csv): TILE_ROWS = 8 throughout, TILE_KV shrinking as D
+#: grows. The one copy of this table: the launchers' default and every study's "seed" column.
+SEED_TILES = {32: (8, 32), 64: (8, 16), 128: (8, 8)}
 
 
 def _read(name: str) -> pd.DataFrame:

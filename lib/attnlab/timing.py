@@ -1,13 +1,22 @@
 """Timing GPU work properly: CUDA events, warm-up, L2 flushed before every timed launch,
-repeats until the spread is small (or the budget runs out), median and spread reported."""
+repeats until the spread is small (or the budget runs out), median and spread reported.
+
+The device side (events, L2 flush, synchronisation, the wall clock of the budget) goes through a
+small backend object, CuPy's by default, so the sampling logic of :func:`time_gpu` can be tested
+without a GPU (tests/test_timing.py drives it with a simulated device).
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+
+#: A timing has converged when its relative IQR ((q3 - q1) / median) is at most this (2 %, as
+#: data/results/SCHEMA.md states for the ``converged`` column).
+TARGET_REL_IQR = 0.02
 
 
 @dataclass(frozen=True)
@@ -28,7 +37,7 @@ class Timing:
         return {**asdict(self), "rel_iqr": self.rel_iqr}
 
 
-def summarize(samples_ms, target_rel_iqr: float = 0.02, converged: bool | None = None) -> Timing:
+def summarize(samples_ms, target_rel_iqr: float = TARGET_REL_IQR, converged: bool | None = None) -> Timing:
     """Median, quartiles and extremes of a list of times (pure; unit-tested)."""
     a = np.asarray(samples_ms, dtype=float)
     if a.size == 0 or not np.all(np.isfinite(a)) or np.any(a < 0):
@@ -61,38 +70,72 @@ def flush_l2_cache() -> None:
     cp.cuda.runtime.memsetAsync(buf.data.ptr, 0, buf.nbytes, cp.cuda.get_current_stream().ptr)
 
 
+class CupyTimingBackend:
+    """The real device side of :func:`time_gpu`: CUDA events on the current CuPy stream, the L2
+    flush, and ``time.perf_counter`` for the wall-clock budget."""
+
+    def __init__(self) -> None:
+        import cupy as cp
+
+        self._cp = cp
+
+    def new_event(self) -> Any:
+        return self._cp.cuda.Event()
+
+    def record(self, event: Any) -> None:
+        event.record()
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(self._cp.cuda.get_elapsed_time(start, end))
+
+    def synchronize(self, event: Any = None) -> None:
+        """Wait for ``event`` (or, without one, for everything queued on the current stream)."""
+        if event is None:
+            self._cp.cuda.get_current_stream().synchronize()
+        else:
+            event.synchronize()
+
+    def flush(self) -> None:
+        flush_l2_cache()
+
+    def clock(self) -> float:
+        return time.perf_counter()
+
+
 def time_gpu(fn: Callable[[], object], *, budget_s: float = 0.5, warmup: int = 2, min_repeats: int = 10,
-             max_repeats: int = 200, target_rel_iqr: float = 0.02, flush_l2: bool = True,
-             batch: int = 5) -> Timing:
+             max_repeats: int = 200, target_rel_iqr: float = TARGET_REL_IQR, flush_l2: bool = True,
+             batch: int = 5, backend: Any = None) -> Timing:
     """Time ``fn()`` (which launches GPU work on the current stream) with CUDA events.
 
     Each sample: flush L2 (outside the events), record start, ``fn()``, record end.
     Samples are taken in batches; after each batch we stop once ``min_repeats`` are in and the
     relative IQR is at most ``target_rel_iqr``, or the wall-clock budget is spent, or
     ``max_repeats`` is reached. A single call longer than the budget still gets 3 samples.
-    """
-    import cupy as cp
 
+    ``backend`` supplies the events, flush, synchronisation and clock (see
+    :class:`CupyTimingBackend`, the default); tests pass a simulated one.
+    """
     if budget_s <= 0 or min_repeats < 1 or max_repeats < min_repeats:
         raise ValueError("need budget_s > 0 and 1 <= min_repeats <= max_repeats")
+    dev = CupyTimingBackend() if backend is None else backend
     for _ in range(warmup):
         fn()
-    cp.cuda.get_current_stream().synchronize()
+    dev.synchronize()
 
     samples: list[float] = []
-    start_wall = time.perf_counter()
-    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(batch)]
+    start_wall = dev.clock()
+    events = [(dev.new_event(), dev.new_event()) for _ in range(batch)]
     floor = min_repeats
     while True:
         for start, end in events:
             if flush_l2:
-                flush_l2_cache()
-            start.record()
+                dev.flush()
+            dev.record(start)
             fn()
-            end.record()
-        events[-1][1].synchronize()
-        samples.extend(cp.cuda.get_elapsed_time(s, e) for s, e in events)
-        elapsed = time.perf_counter() - start_wall
+            dev.record(end)
+        dev.synchronize(events[-1][1])
+        samples.extend(dev.elapsed_ms(s, e) for s, e in events)
+        elapsed = dev.clock() - start_wall
         if len(samples) == batch:
             # Long kernels: shrink the required count so one measurement stays near the budget.
             per_call = max(float(np.median(samples)) * 1e-3, 1e-9)

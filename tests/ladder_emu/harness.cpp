@@ -6,23 +6,11 @@
 #include "attention/02_tiled.cu"
 #include "attention/03_vec_load.cu"
 #include "attention/04_vec_padded.cu"
-#include "attention/05_double_buffer.cu"
+#include "attention/04b_double_buffer.cu"
 
 #include <cstdint>
 #include <string>
 
-static std::vector<float> read_f32(const std::string& path, size_t n) {
-    std::vector<float> v(n);
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f || std::fread(v.data(), 4, n, f) != n) { std::fprintf(stderr, "cannot read %s\n", path.c_str()); std::exit(2); }
-    std::fclose(f);
-    return v;
-}
-static void write_f32(const std::string& path, const std::vector<float>& v) {
-    FILE* f = std::fopen(path.c_str(), "wb");
-    std::fwrite(v.data(), 4, v.size(), f);
-    std::fclose(f);
-}
 
 int main(int argc, char** argv) {
     if (argc != 5) { std::fprintf(stderr, "usage: harness DIR B H N\n"); return 2; }

@@ -3,12 +3,16 @@
 // std::barrier over the block; __shfl_xor_sync is a two-phase exchange over a per-warp barrier.
 // Blocks run one after another, so the dynamic shared memory (`extern __shared__ float smem[]`)
 // is one global array, poisoned with NaN before each block so a read-before-write shows up.
-// __CUDA_ARCH__ is undefined here, so 05 runs its pre-sm_80 path (plain float4 copies, same
-// ping-pong schedule and barriers); the cp.async path itself needs a GPU.
+// ATTNLAB_HOST_EMULATION is defined, so kernels/common.cuh and kernels/mma.cuh take their
+// device primitives from here: cp.async copies are really deferred to the cp_async_wait<N> that
+// covers them (a read before the wait sees the poison), and the warp MMAs and ldmatrix exchange
+// fragments across the warp in the PTX ISA's layouts (TF32 operands truncated to 10 mantissa
+// bits like the hardware; bf16/fp16 products exact in fp32).
 // What it checks: indexing, partial tiles, rows past n, barrier placement (a missing barrier
 // shows up as a wrong or flaky result, less reliably than on a GPU), and that 02-05 do the
 // naive kernel's arithmetic in the same order (outputs bit-identical to 01 on the same host).
 #pragma once
+#define ATTNLAB_HOST_EMULATION 1
 
 #include <algorithm>
 #include <barrier>
@@ -25,6 +29,8 @@
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
+struct alignas(8) float2 { float x, y; };
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 using std::min;
@@ -34,9 +40,12 @@ using std::min;
 #define __forceinline__ inline
 #define __shared__
 #define __restrict__
+#define __launch_bounds__(...)
+#define __host__
 #define __align__(n) __attribute__((aligned(n)))
 
 inline thread_local dim3 threadIdx, blockIdx;
+inline dim3 gridDim, blockDim;
 
 // `extern __shared__ __align__(16) float smem[];` in a kernel refers to this array.
 constexpr size_t EMU_SMEM_FLOATS = 1 << 18;   // 1 MiB: more than any tile the tests use
@@ -45,6 +54,8 @@ alignas(16) float smem[EMU_SMEM_FLOATS];
 struct EmuWarp {
     std::barrier<> bar{32};
     float buf[32];
+    unsigned frag_a[32][4], frag_b[32][2];   // one warp MMA's operand fragments, per lane
+    const void* rows[32];                     // ldmatrix row addresses, per lane
 };
 struct EmuBlock {
     std::unique_ptr<std::barrier<>> bar;
@@ -64,14 +75,203 @@ inline float __shfl_xor_sync(unsigned, float x, int offset) {
     return r;
 }
 inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline float __uint_as_float(unsigned u) { return __int_as_float(u); }
+inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
+inline void __syncwarp(unsigned = 0xffffffffu) { g_block->warps[threadIdx.x / 32]->bar.arrive_and_wait(); }
+inline float fast_exp2(float x) { return std::exp2(x); }
 
-// Run grid blocks in turn, each with `threads` OS threads executing `kernel`.
-inline void emu_launch(unsigned grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
+// ---- cp.async (kernels/common.cuh): each copy's source is read at issue, its destination written
+// at the cp_async_wait<N> that retires its group, so reading shared memory too early sees stale data.
+struct EmuCopy { void* dst; unsigned char data[16]; };
+inline thread_local std::vector<std::vector<EmuCopy>> emu_groups;   // committed groups, oldest first
+inline thread_local std::vector<EmuCopy> emu_open;                  // issued, not yet committed
+inline void cp_async16(void* dst, const void* src) {
+    EmuCopy c{dst, {}};
+    std::memcpy(c.data, src, 16);
+    emu_open.push_back(c);
+}
+inline void cp_async16_zfill(void* dst, const void* src, bool valid) {
+    EmuCopy c{dst, {}};
+    if (valid) std::memcpy(c.data, src, 16); else std::memset(c.data, 0, 16);
+    emu_open.push_back(c);
+}
+inline void cp_async_commit() { emu_groups.push_back(std::move(emu_open)); emu_open.clear(); }
+template <int N>
+inline void cp_async_wait() {
+    while (emu_groups.size() > (size_t)N) {
+        for (auto& c : emu_groups.front()) std::memcpy(c.dst, c.data, 16);
+        emu_groups.erase(emu_groups.begin());
+    }
+}
+
+// ---- 16-bit floats: storage as unsigned short, conversions round to nearest even like cvt.rn.
+inline float emu_bf16_to_float(unsigned short x) { return __uint_as_float((unsigned)x << 16); }
+inline unsigned short emu_float_to_bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;                 // NaN stays NaN
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline float f16_to_float(unsigned short x) { _Float16 h; std::memcpy(&h, &x, 2); return (float)h; }
+inline unsigned short emu_float_to_f16(float f) { _Float16 h = (_Float16)f; unsigned short x; std::memcpy(&x, &h, 2); return x; }
+inline unsigned pack_bf16x2(float lo, float hi) { return emu_float_to_bf16(lo) | ((unsigned)emu_float_to_bf16(hi) << 16); }
+inline unsigned pack_f16x2(float lo, float hi) { return emu_float_to_f16(lo) | ((unsigned)emu_float_to_f16(hi) << 16); }
+
+// ---- warp MMAs (kernels/mma.cuh): every lane posts its fragments, then computes its own four
+// accumulator elements from the whole warp's, in the PTX ISA fragment layouts, with the tensor
+// core's fp32 accumulation as published (Fasi, Higham, Mikaitis, Pranesh 2021, "Numerical behavior
+// of NVIDIA tensor cores"; Khattak, Mikaitis 2025): the products are exact; C and the products of
+// one block are aligned to the largest exponent among them, and each addend loses the bits below
+// EMU_MMA_GUARD guard positions under that largest addend's fp32 significand (sign-magnitude
+// truncation: toward zero, EMU_MMA_TRUNC = 0; or two's complement: toward -inf, 1); the exact sum
+// of what is left is normalised to fp32 with round toward zero. EMU_MMA_BLOCK products form one
+// block (0: all of k in one block); EMU_MMA_MODEL = 0 keeps the older, kinder model (exact sum of
+// C and all products, then round toward zero), for comparison.
+#ifndef EMU_MMA_MODEL
+#define EMU_MMA_MODEL 1
+#endif
+#ifndef EMU_MMA_GUARD
+#define EMU_MMA_GUARD 3
+#endif
+#ifndef EMU_MMA_TRUNC
+#define EMU_MMA_TRUNC 0
+#endif
+#ifndef EMU_MMA_BLOCK
+#define EMU_MMA_BLOCK 0
+#endif
+inline EmuWarp& emu_warp() { return *g_block->warps[threadIdx.x / 32]; }
+// double -> float rounded toward zero (a NaN or infinity passes through).
+inline float emu_float_rz(double x) {
+    float f = (float)x;
+    if (std::isfinite(f) && std::fabs((double)f) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+    return f;
+}
+// One block FMA: c + sum of the n exact products p[0..n) as the tensor core adds them.
+inline float emu_block_fma(float c, const double* p, int n) {
+    if (EMU_MMA_MODEL == 0) {
+        double acc = c;
+        for (int i = 0; i < n; ++i) acc += p[i];
+        return emu_float_rz(acc);
+    }
+    double amax = std::fabs((double)c);
+    double naive = c;
+    for (int i = 0; i < n; ++i) { amax = std::max(amax, std::fabs(p[i])); naive += p[i]; }
+    if (!std::isfinite(naive) || amax == 0.0) return (float)naive;   // NaN/inf/zeros: no alignment
+    // Quantum: the last kept bit, GUARD positions below the fp32 ulp of the largest addend.
+    const int e = std::ilogb(amax);
+    const double qu = std::ldexp(1.0, e - 23 - EMU_MMA_GUARD);
+    auto cut = [&](double x) { return EMU_MMA_TRUNC ? std::floor(x / qu) * qu : std::trunc(x / qu) * qu; };
+    double acc = cut((double)c);   // every term a multiple of qu below 2^(e+1): the sum is exact in double
+    for (int i = 0; i < n; ++i) acc += cut(p[i]);
+    if (EMU_MMA_TRUNC == 2) {   // two's complement through the normalisation too: round toward -inf
+        float f = (float)acc;
+        if ((double)f > acc) f = std::nextafter(f, -INFINITY);
+        return f;
+    }
+    return emu_float_rz(acc);
+}
+template <int KA, typename Elem>
+inline void emu_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], Elem elem) {
+    const unsigned lane = threadIdx.x % 32;
+    EmuWarp& w = emu_warp();
+    for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = a[i];
+    for (int i = 0; i < 2; ++i) w.frag_b[lane][i] = b[i];
+    w.bar.arrive_and_wait();
+    const int g = lane / 4, t = lane % 4;
+    constexpr int NB = EMU_MMA_BLOCK > 0 && EMU_MMA_BLOCK < KA ? EMU_MMA_BLOCK : KA;
+    for (int r = 0; r < 4; ++r) {
+        const int m = g + 8 * (r / 2), n = 2 * t + r % 2;
+        double prod[KA];   // exact: TF32 / 16-bit significands multiply into <= 22 bits
+        for (int k = 0; k < KA; ++k) prod[k] = (double)elem(w, true, m, k) * (double)elem(w, false, k, n);
+        float c = d[r];
+        for (int k0 = 0; k0 < KA; k0 += NB) c = emu_block_fma(c, prod + k0, NB);
+        d[r] = c;
+    }
+    w.bar.arrive_and_wait();
+}
+// TF32 m16n8k8: A[m][k] in lane (m%8)*4 + k%4, register m/8 + 2(k/4); B[k][n] in lane n*4 + k%4,
+// register k/4. The tensor core ignores the low 13 bits of each operand.
+inline void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    emu_mma<8>(d, a, b, [](EmuWarp& w, bool isA, int r, int c) {
+        const unsigned u = isA ? w.frag_a[(r % 8) * 4 + c % 4][r / 8 + 2 * (c / 4)] : w.frag_b[c * 4 + r % 4][r / 4];
+        return __uint_as_float(u & 0xffffe000u);
+    });
+}
+// 16-bit m16n8k16: A[m][k] in lane (m%8)*4 + (k%8)/2, register m/8 + 2(k/8), half k%2;
+// B[k][n] in lane n*4 + (k%8)/2, register k/8, half k%2.
+template <bool BF16>
+inline float emu_half(const EmuWarp& w, bool isA, int r, int c) {
+    const unsigned u = isA ? w.frag_a[(r % 8) * 4 + (c % 8) / 2][r / 8 + 2 * (c / 8)] >> (16 * (c % 2))
+                           : w.frag_b[c * 4 + (r % 8) / 2][r / 8] >> (16 * (r % 2));
+    return BF16 ? emu_bf16_to_float((unsigned short)u) : f16_to_float((unsigned short)u);
+}
+inline void mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    emu_mma<16>(d, a, b, [](EmuWarp& w, bool isA, int r, int c) { return emu_half<true>(w, isA, r, c); });
+}
+inline void mma_m16n8k16_f16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    emu_mma<16>(d, a, b, [](EmuWarp& w, bool isA, int r, int c) { return emu_half<false>(w, isA, r, c); });
+}
+// ldmatrix.x{1,2,4}[.trans]: lanes 8i..8i+7 post the row addresses of 8x8 matrix i (8 16-bit values
+// a row); lane l receives from matrix i row l/4, elements 2(l%4) and 2(l%4)+1 (or, transposed,
+// column l/4 of rows 2(l%4) and 2(l%4)+1).
+template <int X, bool TRANS>
+inline void emu_ldmatrix(unsigned* r, const void* p) {
+    const unsigned lane = threadIdx.x % 32;
+    EmuWarp& w = emu_warp();
+    w.rows[lane] = p;
+    w.bar.arrive_and_wait();
+    for (int i = 0; i < X; ++i) {
+        unsigned short lo, hi;
+        if (!TRANS) {
+            const unsigned short* row = static_cast<const unsigned short*>(w.rows[8 * i + lane / 4]);
+            lo = row[2 * (lane % 4)];
+            hi = row[2 * (lane % 4) + 1];
+        } else {
+            lo = static_cast<const unsigned short*>(w.rows[8 * i + 2 * (lane % 4)])[lane / 4];
+            hi = static_cast<const unsigned short*>(w.rows[8 * i + 2 * (lane % 4) + 1])[lane / 4];
+        }
+        r[i] = lo | ((unsigned)hi << 16);
+    }
+    w.bar.arrive_and_wait();
+}
+inline void ldmatrix_x4(unsigned (&r)[4], const void* p) { emu_ldmatrix<4, false>(r, p); }
+inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) { emu_ldmatrix<4, true>(r, p); }
+inline void ldmatrix_x2(unsigned (&r)[2], const void* p) { emu_ldmatrix<2, false>(r, p); }
+inline void ldmatrix_x2_trans(unsigned (&r)[2], const void* p) { emu_ldmatrix<2, true>(r, p); }
+
+// Other shuffles the tensor-core kernels use (same two-phase exchange as the float one above).
+template <typename T>
+inline T emu_shfl(T x, int src_lane) {
+    static_assert(sizeof(T) == 4, "32-bit shuffles only");
+    const unsigned lane = threadIdx.x % 32;
+    EmuWarp& w = emu_warp();
+    std::memcpy(&w.buf[lane], &x, 4);
+    w.bar.arrive_and_wait();
+    T r;
+    std::memcpy(&r, &w.buf[src_lane & 31], 4);
+    w.bar.arrive_and_wait();
+    return r;
+}
+inline unsigned __shfl_xor_sync(unsigned, unsigned x, int offset) { return emu_shfl(x, (int)(threadIdx.x % 32) ^ offset); }
+inline int __shfl_xor_sync(unsigned, int x, int offset) { return emu_shfl(x, (int)(threadIdx.x % 32) ^ offset); }
+inline float __shfl_sync(unsigned, float x, int src) { return emu_shfl(x, src); }
+// Warp vote: every lane posts its predicate, every lane sees whether any was set.
+inline bool __any_sync(unsigned, bool p) {
+    int x = p ? 1 : 0;
+    for (int off = 16; off > 0; off >>= 1) x |= __shfl_xor_sync(0xffffffffu, x, off);
+    return x != 0;
+}
+inline unsigned __shfl_sync(unsigned, unsigned x, int src) { return emu_shfl(x, src); }
+
+// Run grid blocks in turn (x fastest), each with `threads` OS threads executing `kernel`.
+inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
     if (threads % 32 != 0 || smem_bytes > sizeof(smem)) {
         std::fprintf(stderr, "bad launch: %u threads, %zu bytes of shared memory\n", threads, smem_bytes);
         std::abort();
     }
-    for (unsigned b = 0; b < grid; ++b) {
+    gridDim = grid;
+    blockDim = dim3{threads, 1, 1};
+    const unsigned nblocks = grid.x * grid.y * grid.z;
+    for (unsigned b = 0; b < nblocks; ++b) {
         EmuBlock blk;
         blk.bar = std::make_unique<std::barrier<>>(threads);
         for (unsigned w = 0; w < threads / 32; ++w) blk.warps.push_back(std::make_unique<EmuWarp>());
@@ -82,11 +282,33 @@ inline void emu_launch(unsigned grid, unsigned threads, size_t smem_bytes, const
         for (unsigned t = 0; t < threads; ++t) {
             pool.emplace_back([&, t, b] {
                 threadIdx = dim3{t, 0, 0};
-                blockIdx = dim3{b, 0, 0};
+                blockIdx = dim3{b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
                 kernel();
+                if (!emu_open.empty() || !emu_groups.empty()) {
+                    std::fprintf(stderr, "thread %u ended with cp.async copies never waited for\n", t);
+                    std::abort();
+                }
             });
         }
         for (auto& th : pool) th.join();
         g_block = nullptr;
     }
+}
+inline void emu_launch(unsigned grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
+    emu_launch3(dim3{grid, 1, 1}, threads, smem_bytes, kernel);
+}
+
+// ---- raw float32 files for the harnesses (tests/ladder_emu/harness*.cpp)
+#include <string>
+inline std::vector<float> read_f32(const std::string& path, size_t n) {
+    std::vector<float> v(n);
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f || std::fread(v.data(), 4, n, f) != n) { std::fprintf(stderr, "cannot read %s\n", path.c_str()); std::exit(2); }
+    std::fclose(f);
+    return v;
+}
+inline void write_f32(const std::string& path, const std::vector<float>& v) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    std::fwrite(v.data(), 4, v.size(), f);
+    std::fclose(f);
 }

@@ -17,6 +17,7 @@ import pandas as pd
 from . import kernels as dk
 from .kernels import DEFAULT_CHUNK, TC_CHUNK
 from .model import chunk_cost, io_bytes, recurrent_cost, workspace_bytes
+from ..arrays import rel_error as rel_err  # noqa: F401  (the name notebook 07 uses)
 from .naive import kda_recurrent_fp64, random_inputs
 
 #: Acceptance thresholds (issue 5): small shapes vs float64, and the target shape.
@@ -27,24 +28,6 @@ CHUNKED_SIMT = "chunked, fp32-FMA state pass"
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def rel_err(out, ref) -> float:
-    """‖out − ref‖ / ‖ref‖ in float64 (on the GPU when either side is a CuPy array); inf on NaN."""
-    mod = type(out).__module__ + type(ref).__module__
-    if "cupy" in mod:
-        import cupy as xp
-    else:
-        xp = np
-    o = xp.asarray(out, dtype=xp.float64)
-    r = xp.asarray(ref, dtype=xp.float64)
-    if o.shape != r.shape:
-        raise ValueError(f"shapes differ: {o.shape} vs {r.shape}")
-    if not bool(xp.isfinite(o).all()):
-        return float("inf")
-    nr = float(xp.linalg.norm(r))
-    d = float(xp.linalg.norm(o - r))
-    return d / nr if nr > 0 else d
-
 
 def fla_functions():
     """(chunk_kda, fused_recurrent_kda, version) from flash-linear-attention, or (None, None, why)."""

@@ -31,7 +31,7 @@ def _xp(x):
 def _as_f64(x, xp=np):
     """A contiguous float64 copy of x in xp (NumPy or CuPy)."""
     if xp is np:
-        from ..reference import to_numpy
+        from ..arrays import to_numpy
 
         return np.ascontiguousarray(to_numpy(x), dtype=np.float64)
     if type(x).__module__.startswith("torch"):

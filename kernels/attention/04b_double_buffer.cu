@@ -1,4 +1,4 @@
-// 05 — tiled, float4, padded softmax attention with ping-pong (double-buffered) K/V tiles filled
+// 04b — tiled, float4, padded softmax attention with ping-pong (double-buffered) K/V tiles filled
 // by cp.async. Seed 000's failed side experiment (section 7), revisited on sm_80+.
 //
 //   O[b,h,i,:] = sum_j softmax_j(scale * Q[b,h,i,:] . K[b,h,j,:]) * V[b,h,j,:]
@@ -21,31 +21,7 @@
 //         Q tile [TILE_ROWS][D+4], then stage 0 K, V [TILE_KV][D+4] each, then stage 1 K, V.
 #include "common.cuh"
 
-// 16-byte copy global -> shared. sm_80+: cp.async.cg, asynchronous (completes at cp_async_wait_all).
-// Older GPUs: an ordinary float4 load + store, complete when the function returns.
-static __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* gmem_src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
-#else
-    *reinterpret_cast<float4*>(smem_dst) = *reinterpret_cast<const float4*>(gmem_src);
-#endif
-}
-
-// Close the group of cp.async copies issued so far by this thread (no-op before sm_80).
-static __device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Wait until every cp.async group this thread committed has landed in shared memory. Only this
-// thread's copies: a __syncthreads() must follow before other threads may read them.
-static __device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
-}
+// cp.async16 / cp_async_commit / cp_async_wait<0> come from common.cuh (plain copies before sm_80).
 
 // Issue the copies of one K/V tile (`rows` valid rows, contiguous in global memory) into a stage
 // with row stride STRIDE. Guarded in whole float4s: a partial tile never reads past the end of K/V.
@@ -58,8 +34,8 @@ static __device__ __forceinline__ void issue_kv_tile(float* k_dst, float* v_dst,
 #pragma unroll 2
     for (int idx = threadIdx.x; idx < valid4; idx += THREADS) {
         const int at = (idx / D4) * STRIDE + (idx % D4) * 4;
-        cp_async_16(k_dst + at, k_src + 4 * idx);
-        cp_async_16(v_dst + at, v_src + 4 * idx);
+        cp_async16(k_dst + at, k_src + 4 * idx);
+        cp_async16(v_dst + at, v_src + 4 * idx);
     }
 }
 
@@ -131,7 +107,7 @@ __global__ void attn_double_buffer(const float* __restrict__ q, const float* __r
         const float* v_tile = k_tile + TILE_KV * STRIDE;
 
         // This thread's copies of tile t have landed (they are the only group in flight) ...
-        cp_async_wait_all();
+        cp_async_wait<0>();
         // Barrier, two jobs: (1) every thread's copies of tile t are now visible to all warps;
         // (2) every warp has finished computing tile t-1, so its stage (the other one) is free.
         __syncthreads();

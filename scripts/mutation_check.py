@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Does the test suite catch deliberate bugs? Plant one at a time and see.
+
+    python scripts/mutation_check.py              # every mutation; exit 1 if any survives
+    python scripts/mutation_check.py --list       # the mutations and the tests meant to catch them
+    python scripts/mutation_check.py -k timing    # only mutations whose name contains 'timing'
+
+The working tree (tracked files plus untracked files git does not ignore, as they are now) is
+copied to a scratch directory. There, for each mutation -- (file, exact old text, new text, the
+pytest selection that must catch it) -- the old text is replaced (it must occur exactly once in
+the file, else the script stops with an error), the selection runs, and the file is restored. A
+mutation whose selection still passes SURVIVED: the tests cannot tell the bug from the code.
+
+Before any mutation each selection runs once on the unmodified copy and must pass; a selection
+that errors (collection error, no test selected) is reported as an error, never as a catch.
+Exit status: 0 all caught, 1 some survived, 2 errors (bad mutation text, failing baseline, ...).
+Bytecode is not written in the copy (PYTHONDONTWRITEBYTECODE), so no stale .pyc of a mutated
+module can leak into the next run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str            # relative to the repository root
+    old: str             # must occur exactly once in the file
+    new: str
+    selection: tuple[str, ...]   # pytest arguments (node ids) that must fail once the bug is in
+    why: str = ""
+
+
+TIMING = "lib/attnlab/timing.py"
+ATTENTION = "lib/attnlab/attention.py"
+ENV = "lib/attnlab/env.py"
+TILED = "kernels/attention/02_tiled.cu"
+NAIVE_TIMING = "data/results/h200/01_naive__timing.csv"
+LADDER_ASAN = ("tests/test_ladder_emu.py::test_ladder_kernels_under_sanitizers",)
+DELTA_ASAN = ("tests/test_delta_kernels.py::test_cuda_kernels_under_sanitizers",)
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # ---- timing (tests/test_timing.py, a simulated device)
+    Mutation("timing: L2 flush inside the timed region", TIMING,
+             "            if flush_l2:\n                dev.flush()\n            dev.record(start)\n",
+             "            dev.record(start)\n            if flush_l2:\n                dev.flush()\n",
+             ("tests/test_timing.py",), "every sample would include the flush"),
+    Mutation("timing: convergence target 10x looser (the constant)", TIMING,
+             "TARGET_REL_IQR = 0.02\n", "TARGET_REL_IQR = 0.2\n",
+             ("tests/test_timing.py",)),
+    Mutation("timing: convergence test 10x looser (summarize's comparison)", TIMING,
+             "converged = med > 0 and (q3 - q1) / med <= target_rel_iqr",
+             "converged = med > 0 and (q3 - q1) / med <= 10 * target_rel_iqr",
+             ("tests/test_timing.py",)),
+    Mutation("timing: budget ignored", TIMING,
+             "if len(samples) >= floor and (t.converged or elapsed >= budget_s):",
+             "if len(samples) >= floor and t.converged:",
+             ("tests/test_timing.py",)),
+    Mutation("timing: no warm-up", TIMING,
+             "    for _ in range(warmup):\n        fn()\n", "    for _ in range(0):\n        fn()\n",
+             ("tests/test_timing.py",)),
+    Mutation("timing: min_repeats ignored", TIMING,
+             "floor = max(3, min(min_repeats, int(budget_s / per_call)))", "floor = 3",
+             ("tests/test_timing.py",)),
+    # ---- provenance (tests/test_provenance.py, a scratch git repository and a stand-in nvidia-smi)
+    Mutation("env: untracked code not dirty", ENV,
+             '"--untracked-files=normal"', '"--untracked-files=no"',
+             ("tests/test_provenance.py",)),
+    Mutation("env: clocks of the last GPU nvidia-smi lists", ENV,
+             'values = [v.strip() for v in out.splitlines()[0].split(",")]',
+             'values = [v.strip() for v in out.splitlines()[-1].split(",")]',
+             ("tests/test_provenance.py",)),
+    # ---- launch geometry (CPU)
+    Mutation("attention: ladder grid with floor instead of ceil", ATTENTION,
+             "bh * math.ceil(n / tile_rows)", "bh * math.floor(n / tile_rows)",
+             ("tests/test_launch_geometry.py",)),
+    Mutation("attention: flash grid with floor instead of ceil (registry test)", ATTENTION,
+             'math.ceil(n / p["BM"])', 'math.floor(n / p["BM"])',
+             ("tests/test_attention_launcher.py::test_registry_entry_is_consistent",),
+             "caught only while a flash kernel is registered"),
+    Mutation("attention: flash grid with floor instead of ceil (geometry test)", ATTENTION,
+             'math.ceil(n / p["BM"])', 'math.floor(n / p["BM"])',
+             ("tests/test_launch_geometry.py",)),
+    # ---- kernels under the sanitizer build of the CPU models
+    Mutation("02_tiled: Q tile read past n", TILED,
+             "q_tile[idx] = idx < q_valid ? q_head[(long long)row0 * D + idx] : 0.0f;",
+             "q_tile[idx] = q_head[(long long)row0 * D + idx];",
+             LADDER_ASAN, "rows past n are never used, so only the out-of-bounds read shows"),
+    Mutation("02_tiled: V tile placed past the shared memory asked for", TILED,
+             "float* v_tile = k_tile + TILE_KV * D;      // [TILE_KV][D]",
+             "float* v_tile = k_tile + TILE_KV * D + D;  // [TILE_KV][D]",
+             LADDER_ASAN, "consistent layout, right answer; only the shared-memory guard sees it"),
+    Mutation("02_chunk_intra: beta read past T", "kernels/delta/02_chunk_intra.cu",
+             "sBeta[i] = t < TT ? beta[(b * TT + t) * H + h] : 0.0f;",
+             "sBeta[i] = beta[(b * TT + t) * H + h];",
+             DELTA_ASAN),
+    # ---- recorded data checked by value (tests/test_recorded_data.py)
+    Mutation("data: converged claimed at a 9 % spread", NAIVE_TIMING,
+             "200,False,0.09417952560332453", "200,True,0.09417952560332453",
+             ("tests/test_recorded_data.py",)),
+    Mutation("data: a negative latency", NAIVE_TIMING,
+             "untiled,0.019791999831795692,", "untiled,-0.019791999831795692,",
+             ("tests/test_recorded_data.py",)),
+    Mutation("data: a row measured with uncommitted code", NAIVE_TIMING,
+             "26.48989513216019,NVIDIA H200,h200,580.159.04,1980,3201,1980,42,14.2.0,13020,13000,2.11.0+cu130,"
+             "13.0,7d54552,False",
+             "26.48989513216019,NVIDIA H200,h200,580.159.04,1980,3201,1980,42,14.2.0,13020,13000,2.11.0+cu130,"
+             "13.0,7d54552,True",
+             ("tests/test_recorded_data.py",)),
+)
+
+
+class MutationError(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------- the scratch copy
+
+def tree_files(root: Path) -> list[Path]:
+    """Tracked files plus untracked files git does not ignore (the working tree as it is now)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             cwd=root, capture_output=True, check=True).stdout
+        names = sorted({n for n in out.decode().split("\0") if n})
+    except (OSError, subprocess.CalledProcessError):
+        # No git (a tarball): everything but the usual clutter.
+        skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
+        names = sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                       if p.is_file() and not skip & set(p.relative_to(root).parts))
+    return [Path(n) for n in names if (root / n).is_file() or (root / n).is_symlink()]
+
+
+def copy_tree(root: Path, dest: Path) -> int:
+    files = tree_files(root)
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, dest / rel, follow_symlinks=False)
+    return len(files)
+
+
+def check_mutation(root: Path, m: Mutation) -> None:
+    path = root / m.file
+    if not path.is_file():
+        raise MutationError(f"{m.name}: no file {m.file}")
+    n = path.read_text().count(m.old)
+    if n != 1:
+        raise MutationError(f"{m.name}: the old text occurs {n} times in {m.file} (must be exactly once):\n"
+                            f"    {m.old!r}")
+    if m.old == m.new:
+        raise MutationError(f"{m.name}: old and new text are the same")
+
+
+# ----------------------------------------------------------------------------- running
+
+def test_env(work: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNLAB_GIT_")}
+    env.update(PYTHONPATH=os.pathsep.join([str(work / "lib"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               ATTNLAB_ROOT=str(work), PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def check_imports_from_copy(work: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", "import attnlab, attnlab.paths as p; "
+                          "print(attnlab.__file__); print(p.REPO_ROOT)"],
+                         cwd=work, env=test_env(work), capture_output=True, text=True)
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2 or not all(Path(x).resolve().is_relative_to(work.resolve())
+                                                          for x in lines):
+        raise MutationError(f"attnlab does not import from the scratch copy {work}: {out.stdout}{out.stderr}")
+
+
+@dataclass
+class Outcome:
+    status: str          # 'caught', 'survived', 'error' (or 'pass'/'fail' for a baseline)
+    seconds: float
+    detail: str
+
+
+def run_selection(work: Path, selection: tuple[str, ...], timeout: float) -> tuple[int, str, float]:
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *selection]
+    t0 = time.perf_counter()
+    try:
+        res = subprocess.run(cmd, cwd=work, env=test_env(work), capture_output=True, text=True, timeout=timeout)
+        return res.returncode, res.stdout + res.stderr, time.perf_counter() - t0
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return -1, out + f"\n(timed out after {timeout:.0f} s)", time.perf_counter() - t0
+
+
+def first_failure(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith(("FAILED", "ERROR")):
+            return line[:200]
+    tail = [l for l in output.splitlines() if l.strip()]
+    return tail[-1][:200] if tail else ""
+
+
+def mutate_and_run(work: Path, m: Mutation, timeout: float) -> Outcome:
+    path = work / m.file
+    original = path.read_text()
+    check_mutation(work, m)
+    path.write_text(original.replace(m.old, m.new, 1))
+    try:
+        rc, out, secs = run_selection(work, m.selection, timeout)
+    finally:
+        path.write_text(original)
+    if rc == 0:
+        return Outcome("survived", secs, "the selection passed with the bug in")
+    if rc == 1:           # pytest: tests ran and some failed
+        return Outcome("caught", secs, first_failure(out))
+    return Outcome("error", secs, f"pytest exit {rc}: {first_failure(out)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-k", dest="match", default="", help="only mutations whose name contains this text")
+    ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch copy (its path is printed)")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per pytest run (default 600)")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the repository to copy (default: this one)")
+    args = ap.parse_args(argv)
+
+    chosen = [m for m in MUTATIONS if args.match.lower() in m.name.lower()]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}\n    {m.file}: {m.old!r} -> {m.new!r}\n    caught by: {' '.join(m.selection)}")
+        return 0
+    if not chosen:
+        print(f"no mutation matches {args.match!r}", file=sys.stderr)
+        return 2
+    try:
+        for m in chosen:
+            check_mutation(args.root, m)
+    except MutationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    work = Path(tempfile.mkdtemp(prefix="attnlab-mutation-"))
+    try:
+        n = copy_tree(args.root, work)
+        print(f"copied {n} files of {args.root} to {work}")
+        check_imports_from_copy(work)
+
+        errors = 0
+        for sel in dict.fromkeys(m.selection for m in chosen):
+            rc, out, secs = run_selection(work, sel, args.timeout)
+            ok = rc == 0
+            print(f"baseline  {'pass' if ok else 'FAIL'}  {secs:6.1f} s  {' '.join(sel)}"
+                  + ("" if ok else f"\n          {first_failure(out)}"))
+            errors += not ok
+        if errors:
+            print("error: a selection fails without any mutation; its verdicts would mean nothing", file=sys.stderr)
+            return 2
+
+        results: list[tuple[Mutation, Outcome]] = []
+        for m in chosen:
+            try:
+                o = mutate_and_run(work, m, args.timeout)
+            except MutationError as e:
+                o = Outcome("error", 0.0, str(e))
+            results.append((m, o))
+            print(f"{o.status.upper():9} {o.seconds:6.1f} s  {m.name}\n          {o.detail}", flush=True)
+
+        survived = [m for m, o in results if o.status == "survived"]
+        failed = [m for m, o in results if o.status == "error"]
+        caught = len(results) - len(survived) - len(failed)
+        print(f"\n{caught} caught, {len(survived)} survived, {len(failed)} errors (of {len(results)})")
+        for m in survived:
+            print(f"  SURVIVED: {m.name} ({m.file}; {' '.join(m.selection)})")
+        for m in failed:
+            print(f"  ERROR:    {m.name}")
+        return 2 if failed else (1 if survived else 0)
+    except MutationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if args.keep:
+            print(f"scratch copy kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
