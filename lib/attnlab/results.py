@@ -22,7 +22,7 @@ from .paths import RESULTS_DIR
 PROVENANCE_COLUMNS = ("gpu_name", "gpu", "driver_version", "sm_clock_mhz", "mem_clock_mhz",
                       "max_sm_clock_mhz", "gpu_temp_c", "cupy_version", "cuda_runtime",
                       "cuda_driver_api", "torch_version", "torch_cuda", "git_commit", "git_dirty",
-                      "timestamp_utc", "mode")
+                      "timestamp_utc", "mode", "gpu_uuid", "host")
 CANONICAL_PROFILE = "full"
 _NAME = re.compile(r"[0-9]{2}_[a-z0-9_]+")
 _TABLE = re.compile(r"[a-z0-9_]+")

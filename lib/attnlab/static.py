@@ -286,7 +286,9 @@ def static_build(source: str | Path, function: str, instantiations: Sequence[Seq
             stack_bytes=res.get("stack_bytes", 0), spill_store_bytes=res.get("spill_store_bytes", 0),
             spill_load_bytes=res.get("spill_load_bytes", 0), barriers=res.get("barriers", 0),
             ptx=ptx_by_fn.get(mangled, "")))
-    tmp = cached.with_suffix(".tmp")
-    tmp.write_text(json.dumps([{**asdict(r), "template_args": list(r.template_args)} for r in reports]))
-    tmp.replace(cached)
+    # a unique temporary name: notebooks running in parallel may build the same kernel at once
+    fd, tmp = tempfile.mkstemp(dir=cached.parent, prefix=cached.stem, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps([{**asdict(r), "template_args": list(r.template_args)} for r in reports]))
+    os.replace(tmp, cached)
     return reports
