@@ -68,7 +68,7 @@
 //  * P V: per 4 k8-steps (32 keys) and per group of up to 8 O n-tiles (64 head dims), a zeroed
 //    partial takes the 12 MMAs and is added to O by an fp32 FFMA (first 32 keys of the tile: it
 //    also applies the softmax rescale, O = O * alpha + partial, so costs no extra instruction) or
-//    FADD (the next 32 keys of a BN = 64 tile). Round to nearest: unbiased, and the partial's own
+//    FADD (the next 32 keys of a BN = 64 tile); with alternating signs, see below. Round to nearest: unbiased, and the partial's own
 //    truncations are relative to a 32-key sum, not to all of O. P is split 4 steps at a time:
 //    32 P registers live next to 32 partial ones.
 //  * Q K^T over d: 3D/8 MMAs into each score (48 at D = 128: with only P V fixed, the model still
@@ -77,9 +77,24 @@
 //    products (2^-11 the size, so their truncations are negligible) in a second accumulator s2,
 //    s += s2 once per tile: 4 FADDs and 4 registers per key block, and s's chain is one MMA per
 //    k8-step.
-// CPU model, this kernel (first 128 query rows): 4.6e-7 / 5.5e-7 / 5.7e-7 (D = 64) and
-// 5.8e-7 / 7.4e-7 / 7.7e-7 (D = 128) at N = 64 / 512 / 2048; 7.3e-7 (D = 64) and 8.8e-7
-// (D = 128) at N = 16384 (32 rows): flat in N.
+//  * Sign alternation (P V). Even short partials drift together: the tensor core aligns C and the
+//    products to the largest of them and cuts the bits below ~3 guard positions under its fp32
+//    significand in two's complement, i.e. toward -inf whatever the addend's sign (a sign-symmetric
+//    cut cannot explain what the H200 shows), then normalises toward zero. So every partial is
+//    biased by a fraction of its ulp in one direction, and O, a sum of N/32 random-sign partials
+//    (size ~sqrt(N/32)), picks up N/32 same-sign biases: relative ~u*sqrt(N/32). H200, before this
+//    fix: 4.4e-7 -> 1.40e-6 (D = 64) and 5.9e-7 -> 2.67e-6 (D = 128) from N = 257 to 4097. Fix:
+//    partial number i (keys 32i .. 32i+31) is formed from (-1)^i V (the prep pass negates V there:
+//    one LOP per V value per tile, shared by the warps; KV_PREP = 0 negates the thread's P instead),
+//    so consecutive biases cancel; the accumulator holds X = (-1)^i O, X = part - alpha * X (the
+//    same FFMA / FADD with a negated operand), and the epilogue's 1/l takes the last sign.
+// CPU model (tests/ladder_emu/ladder_emu.h, emu_mma: the alignment cut above, 3 guard bits, toward
+// -inf; first 64 query rows of one head, rows as the shipped tiles compute them), relative error at
+// N = 257 / 1024 / 4097: without the alternation 6.6e-7 / 9.3e-7 / 1.73e-6 (D = 64, BN = 64) and
+// 8.6e-7 / 1.16e-6 / 1.68e-6 (D = 128, BN = 32); with it 5.6e-7 / 5.4e-7 / 6.6e-7 and
+// 7.6e-7 / 8.3e-7 / 8.3e-7: flat in N. (The model with a sign-symmetric cut, or the older "exact sum,
+// then toward zero", shows no growth either way, 5-8e-7; a cut toward -inf with only 2 guard bits
+// gives 3.5e-6 / 3.3e-6 at N = 4097 without the alternation, 7.6e-7 / 1.0e-6 with it.)
 // (Fresh partials per k8-step instead are hardly more accurate and cost 4 FADDs per 3 MMAs plus
 // the registers ptxas spends keeping many of them live: spills at D = 128.) PASSES = 1 keeps
 // accumulating in O and S: its 4e-4 error dwarfs the bias.
@@ -130,13 +145,14 @@
 //               D = 64:  BM 128, BN 64, WARPS 8   (255 regs, 106 KB, 8 warps/SM, ipm 2.96)
 //               D = 128: BM 128, BN 32, WARPS 8   (255 regs, 101 KB, 8 warps/SM, ipm 3.11)
 //     alternatives to time, attn_tf32_mma (D, BM, BN, WARPS, PASSES, KV_PREP):
-//       (32, 64, 32, 4, 3, 1)   138 regs, 29 KB, 12 warps/SM (3 blocks), ipm 4.74
-//       (32, 64, 64, 4, 3, 1)   179 regs, 58 KB, 8 warps/SM (2 blocks), ipm 4.44
-//       (64, 64, 32, 4, 3, 0)   230 regs, 37 KB, 8 warps/SM (2 blocks), ipm 4.86
+//       (32, 64, 32, 4, 3, 1)   139 regs, 29 KB, 12 warps/SM (3 blocks), ipm 4.74
+//       (32, 64, 64, 4, 3, 1)   178 regs, 58 KB, 8 warps/SM (2 blocks), ipm 4.44
+//       (64, 64, 32, 4, 3, 0)   228 regs, 37 KB, 8 warps/SM (2 blocks), ipm 4.86
 //       (128, 64, 32, 4, 3, 1)  255 regs, 101 KB, 8 warps/SM (2 blocks), ipm 3.63
 //     and attn_tf32_mma_q (..., Q_SMEM, MIN_BLOCKS), more warps per SM:
-//       (64, 64, 32, 4, 3, 1, 1, 3)   165 regs, 69 KB, 12 warps/SM (3 blocks), ipm 4.10
+//       (64, 64, 32, 4, 3, 1, 1, 3)   166 regs, 69 KB, 12 warps/SM (3 blocks), ipm 4.10
 //       (64, 128, 32, 8, 3, 0, 2, 2)  128 regs, 101 KB, 16 warps/SM (2 blocks), ipm 4.82
+//         (since the sign alternation: 16 bytes of spills at the 128-register cap)
 //       (128, 96, 16, 6, 3, 1, 1, 2)  168 regs, 98.5 KB, 12 warps/SM (2 blocks), ipm 4.83
 //     (BN = 64 at D = 128 spills: (128, 128, 64, 8, 3, 1) by ~300 bytes.)
 //   PASSES = 1: D = 32:  BM 128, BN 64, WARPS 8   (103 regs, 37 KB, 16 warps/SM, ipm 7.4)
@@ -210,9 +226,11 @@ static __device__ __forceinline__ float4 f4(unsigned a, unsigned b, unsigned c, 
 //   V[2r+1][d]} and {V[2r][d+1], V[2r+1][d+1]} of two O n-tiles in register order.
 // A work unit is a key pair x 4 columns. All loads come first: the compiler cannot move a load
 // of the raw buffer above a store to the prepared ones (same shared array).
-template <int D, int BN, int THREADS, int PASSES, int SK, int SVI>
+// FLIP > 0 (PASSES = 3): V of key kv0 + key is stored negated when (kv0 + key) / FLIP is odd
+// (see "Accumulation": alternate P V partials carry opposite signs).
+template <int D, int BN, int THREADS, int PASSES, int SK, int SVI, int FLIP>
 static __device__ __forceinline__ void prepare_kv(const float* raw_k, const float* raw_v, float* kb, float* ks,
-                                                  float* vb, float* vs) {
+                                                  float* vb, float* vs, int kv0) {
     constexpr int CPR = D / 4;
     constexpr int UNITS = (BN / 2) * CPR;
     constexpr int PER = (UNITS + THREADS - 1) / THREADS;
@@ -247,8 +265,11 @@ static __device__ __forceinline__ void prepare_kv(const float* raw_k, const floa
             unsigned b[8], sm[8];   // V[2pr][4c+e], V[2pr+1][4c+e] interleaved: (e, key) -> 2e + key
             const float x[8] = {xv[i][0].x, xv[i][1].x, xv[i][0].y, xv[i][1].y,
                                 xv[i][0].z, xv[i][1].z, xv[i][0].w, xv[i][1].w};
+            // Sign of this key pair's partial (FLIP is even: both keys of a pair share it). The
+            // split commutes with negation (tf32_round acts on the magnitude bits).
+            const unsigned neg = FLIP > 0 ? (((unsigned)(kv0 + 2 * pr) / (FLIP > 0 ? FLIP : 1)) & 1u) << 31 : 0u;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) to_tf32<PASSES>(x[e], b[e], sm[e]);
+            for (int e = 0; e < 8; ++e) to_tf32<PASSES>(__uint_as_float(__float_as_uint(x[e]) ^ neg), b[e], sm[e]);
             // The two 16-byte halves go to chunks 2c and 2c+1 of interleaved row pr. (Each store
             // instruction is 2-way bank-conflicted: its 8 lanes of a quarter-warp hit only the 4
             // even or odd 4-bank groups. Alternating the order by lane would need selects; this is
@@ -329,6 +350,10 @@ static __device__ __forceinline__ void attn09_block(const float* __restrict__ q,
     constexpr int PV_STEPS = NJ % 4 == 0 ? 4 : NJ % 2 == 0 ? 2 : 1;   // divides NJ
     constexpr int PV_GROUP = NI < 8 ? NI : 8;
     constexpr int UNIT = PREP ? 2 : 4;   // n-tiles served by one V read pattern
+    // Sign alternation (see "Accumulation"): partial number i (keys 8 * PV_STEPS * i ..) is formed
+    // from (-1)^i V (PREP: negated in the prep pass) or (-1)^i P (direct path: negated by this
+    // warp), and the accumulator holds X = (-1)^i O: X = part - X * alpha. 0 for PASSES = 1.
+    constexpr int FLIP = PASSES == 3 ? 8 * PV_STEPS : 0;
 
     extern __shared__ __align__(16) float smem[];
     // PREP:   raw K, raw V [BN][D]; K big [BN][SK]; V big [BN/2][SVI]; then K small, V small (PASSES = 3).
@@ -430,7 +455,7 @@ static __device__ __forceinline__ void attn09_block(const float* __restrict__ q,
             // Barrier (1): the raw tile is visible to every thread; every warp has finished the
             // previous tile, so the prepared buffers may be overwritten.
             __syncthreads();
-            prepare_kv<D, BN, THREADS, PASSES, SK, SVI>(raw_k, raw_v, kbig, ksmall, vbig, vsmall);
+            prepare_kv<D, BN, THREADS, PASSES, SK, SVI, FLIP>(raw_k, raw_v, kbig, ksmall, vbig, vsmall, kv0);
             // Barrier (2): the prepared tile is visible; every raw read is done, so the raw
             // buffer may be refilled.
             __syncthreads();
@@ -580,12 +605,14 @@ static __device__ __forceinline__ void attn09_block(const float* __restrict__ q,
 #pragma unroll
             for (int j0 = 0; j0 < NJ; j0 += PV_STEPS) {
                 unsigned pb[PV_STEPS][4], ps[PV_STEPS][4];
+                // Direct path: this partial's sign goes on P (PREP: on V, in the prep pass).
+                const unsigned neg = PREP ? 0u : (((unsigned)(kv0 + 8 * j0) / FLIP) & 1u) << 31;
 #pragma unroll
                 for (int jj = 0; jj < PV_STEPS; ++jj) {
                     const int j = j0 + jj;
                     const float p[4] = {s[j][0], s[j][2], s[j][1], s[j][3]};
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) split_tf32(p[e], pb[jj][e], ps[jj][e]);
+                    for (int e = 0; e < 4; ++e) split_tf32(__uint_as_float(__float_as_uint(p[e]) ^ neg), pb[jj][e], ps[jj][e]);
                 }
 #pragma unroll
                 for (int grp = 0; grp < NI / PV_GROUP; ++grp) {
@@ -627,7 +654,7 @@ static __device__ __forceinline__ void attn09_block(const float* __restrict__ q,
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             float& a = acc[grp * PV_GROUP + r][e];
-                            a = j0 == 0 ? fmaf(a, alpha[e / 2], part[r][e]) : a + part[r][e];
+                            a = j0 == 0 ? fmaf(-a, alpha[e / 2], part[r][e]) : part[r][e] - a;
                         }
                     }
                 }
@@ -679,7 +706,10 @@ static __device__ __forceinline__ void attn09_block(const float* __restrict__ q,
         float l = l_run[h];
         l += __shfl_xor_sync(ATTNLAB_FULL_MASK, l, 1);
         l += __shfl_xor_sync(ATTNLAB_FULL_MASK, l, 2);
-        const float inv = 1.0f / l;   // l >= 1 for a valid row (its max key contributes 2^0)
+        // l >= 1 for a valid row (its max key contributes 2^0). PASSES = 3: the accumulators hold
+        // (-1)^i O after partial i; the last one is i = (tiles * NJ / PV_STEPS) - 1.
+        const bool odd_last = PASSES == 3 && ((((n + BN - 1) / BN) * (NJ / PV_STEPS) - 1) & 1);
+        const float inv = (odd_last ? -1.0f : 1.0f) / l;
         const int row = row_a + 8 * h;
         if (active && row < n) {
             float* orow = o + head + (long long)row * D;

@@ -192,17 +192,19 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
         "two_row_tiles", "10e", "attention/10e_two_row_tiles.cu", "attn_two_row_tiles", predecessor="fa2_tuned",
         summary="32 query rows a warp: every K/V fragment feeds two MMAs; Q by ldmatrix; S in 32-key chunks",
         precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
-        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES"),
+        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "KC"),
         params=(Param("BM", (64, 128, 256)), Param("BN", (32, 64, 128)), Param("WARPS", (2, 4, 8)),
-                Param("STAGES", (2, 3))),
-        defaults={32: dict(BM=128, BN=64, WARPS=4, STAGES=3), 64: dict(BM=128, BN=64, WARPS=4, STAGES=3),
-                  128: dict(BM=128, BN=64, WARPS=4, STAGES=2)},
+                Param("STAGES", (2, 3)), Param("KC", (32, 64))),
+        # the fastest of an H200 sweep (scripts/probe_flash.py) at D = 64 and 128; still slower than 10d
+        defaults={32: dict(BM=128, BN=64, WARPS=4, STAGES=3, KC=32),
+                  64: dict(BM=256, BN=64, WARPS=8, STAGES=2, KC=64),
+                  128: dict(BM=256, BN=64, WARPS=8, STAGES=2, KC=64)},
         threads=lambda p: 32 * p["WARPS"],
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]),
         constraint=lambda d, p: (None if p["BM"] == 32 * p["WARPS"] and p["WARPS"] % 2 == 0
-                                 and (p["BN"] // 8) * (d // 32) % p["WARPS"] == 0 else
-                                 f"BM must be 32·WARPS with WARPS even, and (BN/8)·(D/32) a multiple of WARPS "
-                                 f"(got D={d}, {dict(p)})")),
+                                 and (p["BN"] // 8) * (d // 32) % p["WARPS"] == 0 and p["BN"] % p["KC"] == 0 else
+                                 f"BM must be 32·WARPS with WARPS even, (BN/8)·(D/32) a multiple of WARPS and BN "
+                                 f"a multiple of KC (got D={d}, {dict(p)})")),
 )
 
 KERNELS: dict[str, AttentionKernel] = {k.name: k for k in (

@@ -217,6 +217,49 @@ def time_kernels(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], 
     return pd.DataFrame(rows)
 
 
+#: Tile candidates notebook 10 scans for its last two steps (the notebook-05 way: every candidate
+#: timed in one run; the registry's defaults are the scan's choice per D).
+TILE_CANDIDATES = {
+    "fa2_tuned": [dict(BM=64, BN=64, WARPS=4, STAGES=3), dict(BM=64, BN=64, WARPS=4, STAGES=2),
+                  dict(BM=128, BN=64, WARPS=8, STAGES=3), dict(BM=128, BN=128, WARPS=8, STAGES=2),
+                  dict(BM=64, BN=128, WARPS=4, STAGES=2)],
+    "two_row_tiles": [dict(BM=128, BN=64, WARPS=4, STAGES=3, KC=32), dict(BM=128, BN=64, WARPS=4, STAGES=2, KC=64),
+                      dict(BM=256, BN=64, WARPS=8, STAGES=2, KC=64), dict(BM=128, BN=32, WARPS=4, STAGES=3, KC=32)],
+}
+
+
+def tile_scan(candidates: Mapping[str, Sequence[Mapping[str, int]]], B: int, H: int, N: int,
+              D_list: Sequence[int], *, dtype: str, budget_s: float, seed: int) -> pd.DataFrame:
+    """Every candidate tile of every kernel timed at (D, N) in one run; a candidate the kernel's
+    constraints refuse at some D is left out there (and named in the ``skipped`` column)."""
+    frames = []
+    for name, cands in candidates.items():
+        for p in cands:
+            for D in D_list:
+                try:
+                    frames.append(time_kernels([name], B, H, [N], [D], dtype=dtype, references=(), budget_s=budget_s,
+                                               seed=seed, params={name: dict(p)}).assign(skipped=""))
+                except ValueError as exc:   # the registry's constraint: not a valid tile at this D
+                    frames.append(pd.DataFrame([dict(kernel=name, D=D, N=N, params=",".join(f"{a}={b}" for a, b in p.items()),
+                                                     skipped=str(exc))]))
+    return pd.concat(frames, ignore_index=True)
+
+
+def fastest(timing: pd.DataFrame, kernels: Sequence[str], points: Sequence[tuple[int, int]],
+            causal: bool = False) -> str | None:
+    """The kernel with the lowest geometric-mean time over the (D, N) points, all measured in the
+    same run; None when a kernel lacks a point."""
+    best, best_t = None, float("inf")
+    for k in kernels:
+        t = timing[(timing["kernel"] == k) & (timing["causal"] == causal)].set_index(["D", "N"])["median_ms"]
+        if not all(p in t.index for p in points):
+            continue
+        g = float(np.exp(np.mean([np.log(t.loc[p]) for p in points])))
+        if g < best_t:
+            best, best_t = k, g
+    return best
+
+
 # ---------------------------------------------------------------- static build (no GPU)
 
 #: PTX instructions that show which hardware path a kernel took.

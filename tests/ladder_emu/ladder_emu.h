@@ -133,7 +133,7 @@ inline unsigned pack_f16x2(float lo, float hi) { return emu_float_to_f16(lo) | (
 #define EMU_MMA_GUARD 3
 #endif
 #ifndef EMU_MMA_TRUNC
-#define EMU_MMA_TRUNC 0
+#define EMU_MMA_TRUNC 1
 #endif
 #ifndef EMU_MMA_BLOCK
 #define EMU_MMA_BLOCK 0
