@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from attnlab.env import IDENTITY_COLUMNS
 from attnlab.paths import NOTEBOOKS_DIR, REFERENCE_DIR, REPO_ROOT, RESULTS_DIR
 from attnlab.results import PROVENANCE_COLUMNS
 
@@ -69,8 +70,12 @@ RECORDED = sorted(RESULTS_DIR.glob("*/*.csv"))
 def test_recorded_results_carry_provenance(path):
     df = pd.read_csv(path)
     assert not df.empty
-    missing = [c for c in PROVENANCE_COLUMNS if c not in df.columns]
+    # gpu_uuid and host joined the provenance on 2026-12-01: tables recorded before lack them
+    required = [c for c in PROVENANCE_COLUMNS if c not in IDENTITY_COLUMNS]
+    missing = [c for c in required if c not in df.columns]
     assert not missing, f"{path} lacks provenance columns {missing}"
+    if "gpu_uuid" in df.columns:
+        assert df["gpu_uuid"].notna().all() and df["host"].notna().all(), f"{path}: empty GPU identity"
     assert (df["mode"] == "live").all() and df["gpu_name"].notna().all()
     assert (df["profile"] == "full").all(), "the canonical results folder holds full-profile runs only"
 
