@@ -241,16 +241,99 @@ def write_text_atomic(path: Path, text: str) -> Path:
     return path
 
 
+#: Where a report folder keeps the MathJax its pages load, relative to the folder. Pages name it by a
+#: relative path, so a folder opened from disk renders its math with no network.
+MATHJAX_DIR = "_static/mathjax"
+#: The files of that copy and where each lies in the django-static-mathjax package (the test extra):
+#: MathJax 3's TeX-to-SVG bundle, one file that needs no web fonts, and MathJax's licence.
+MATHJAX_FILES = {"tex-svg.js": "es5/tex-svg.js", "LICENSE": "LICENSE"}
+#: The page template: nbconvert's lab template with its CDN scripts replaced. require.js (no output
+#: here needs it) and mermaid.js (no notebook draws a diagram) are left out; MathJax is the local copy,
+#: set up as nbconvert sets up its CDN MathJax 2 ($...$ and \(...\) inline, AMS equation numbers).
+_PAGE_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_js_mathjax -%}
+<script>
+window.MathJax = {
+  tex: {
+    inlineMath: [["$", "$"], ["\\(", "\\)"]],
+    displayMath: [["$$", "$$"], ["\\[", "\\]"]],
+    processEscapes: true,
+    processEnvironments: true,
+    tags: "ams"
+  },
+  svg: {fontCache: "global"}
+};
+</script>
+<script defer src="MATHJAX_SRC"></script>
+{%- endblock html_head_js_mathjax -%}
+""".replace("MATHJAX_SRC", f"{MATHJAX_DIR}/tex-svg.js")
+
+
+def mathjax_source() -> dict[str, Path]:
+    """The MathJax files to copy beside the pages (name -> path): from the django-static-mathjax
+    package, or without it from a committed report folder's copy."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mathjax")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        found = {name: Path(loc) / "static" / "mathjax" / rel for name, rel in MATHJAX_FILES.items()}
+        if all(p.is_file() for p in found.values()):
+            return found
+    for folder in sorted((REPO_ROOT / "reports").glob(f"*/{MATHJAX_DIR}")):
+        found = {name: folder / name for name in MATHJAX_FILES}
+        if all(p.is_file() for p in found.values()):
+            return found
+    raise FileNotFoundError(f"no MathJax to put beside the reports: install the test extra "
+                            f"(pip install -e '.[test]': django-static-mathjax) or restore reports/*/{MATHJAX_DIR}")
+
+
+def install_mathjax(folder: Path) -> Path:
+    """Put the MathJax the pages load into ``folder``/_static/mathjax (each file replaced atomically,
+    and only when it differs); returns that folder."""
+    dest = folder / MATHJAX_DIR
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, src in mathjax_source().items():
+        target, data = dest / name, src.read_bytes()
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        tmp = dest / f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    return dest
+
+
+def page_needs_mathjax(html: Path) -> bool:
+    return f'src="{MATHJAX_DIR}/' in html.read_text(encoding="utf-8", errors="replace")
+
+
 def export_html(ipynb: Path, html: Path | None = None) -> Path:
+    """Export an executed notebook to its HTML page (default: beside it, .html) and put the MathJax the
+    page loads into the page's folder: the runner's export, and the one that rebuilds committed pages
+    (:func:`rebuild_html`). The page loads no script from the network."""
+    import jinja2
     import nbformat
     from nbconvert import HTMLExporter
 
+    html = html or ipynb.with_suffix(".html")
     node = nbformat.read(ipynb, as_version=4)
-    try:
-        body, _ = HTMLExporter(template_name="lab").from_notebook_node(node)
-    except Exception:  # noqa: BLE001 - a missing template should not lose the report
-        body, _ = HTMLExporter(template_name="classic").from_notebook_node(node)
-    return write_text_atomic(html or ipynb.with_suffix(".html"), body)
+    exporter = HTMLExporter(template_name="lab", template_file="attnlab_page.html.j2",
+                            extra_loaders=[jinja2.DictLoader({"attnlab_page.html.j2": _PAGE_TEMPLATE})])
+    body, _ = exporter.from_notebook_node(node)
+    write_text_atomic(html, body)
+    install_mathjax(html.parent)
+    return html
+
+
+def rebuild_html(folder: Path | str) -> list[Path]:
+    """Export every executed notebook in a report folder again (after a change to the export), without
+    running any: ``python -c "from attnlab.report import rebuild_html; rebuild_html('reports/h200')"``."""
+    return [export_html(p) for p in sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))]
 
 
 def kernel_can_import_attnlab() -> None:
@@ -321,6 +404,11 @@ def install_outputs(out_dir: Path, run: NotebookRun, ipynb: Path, html: Path) ->
     if produced:
         os.replace(ipynb, ipynb_dest)
         if html.is_file():
+            if page_needs_mathjax(html):   # a page exported elsewhere (a Ray worker) arrives without it
+                try:
+                    install_mathjax(out_dir)
+                except OSError as exc:   # keep the page: only its math is left as TeX
+                    run.error = (run.error + f" (MathJax not copied beside the page: {exc})").strip()
             os.replace(html, html_dest)
         else:
             html_dest.unlink(missing_ok=True)   # an older run's page would not match the notebook
