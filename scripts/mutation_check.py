@@ -79,8 +79,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              '"--untracked-files=normal"', '"--untracked-files=no"',
              ("tests/test_provenance.py",)),
     Mutation("env: clocks of the last GPU nvidia-smi lists", ENV,
-             'values = [v.strip() for v in out.splitlines()[0].split(",")]',
-             'values = [v.strip() for v in out.splitlines()[-1].split(",")]',
+             "    return rows[which] if which < len(rows) else rows[0]",
+             "    return rows[-1]",
              ("tests/test_provenance.py",)),
     # ---- launch geometry (CPU)
     Mutation("attention: ladder grid with floor instead of ceil", ATTENTION,
