@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import env as _env
+from .paths import write_atomic
 
 # ---------------------------------------------------------------- GPUs of this host
 
@@ -400,19 +401,8 @@ def tree_task(code: bytes, data: bytes, argv: Sequence[str], files: Mapping[str,
 
 
 def write_bytes_atomic(path: Path, blob: bytes) -> Path:
-    """Write beside ``path`` and rename into place: readers see the old file or the new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write beside ``path`` and rename into place (:func:`attnlab.paths.write_atomic`)."""
+    return write_atomic(path, blob)
 
 
 def install_written(root: Path, written: Mapping[str, bytes], allowed: Sequence[str]) -> list[Path]:

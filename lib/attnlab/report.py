@@ -38,7 +38,6 @@ import datetime as dt
 import json
 import os
 import re
-import secrets
 import shlex
 import shutil
 import sys
@@ -54,7 +53,7 @@ from . import cluster
 from . import env as _env
 from .env import Mode, MissingRecordedData, gpu_slug, resolve_mode
 from .nb import HEADLINE_MIME
-from .paths import NOTEBOOKS_DIR, REPO_ROOT, REPORTS_DIR
+from .paths import NOTEBOOKS_DIR, REPO_ROOT, REPORTS_DIR, write_atomic
 
 PROFILES_DIR = NOTEBOOKS_DIR / "profiles"
 CANONICAL_PROFILE = "full"       # as attnlab.results: the profile whose tables replay shows
@@ -227,18 +226,8 @@ def collect_headlines(nb_node) -> dict[str, Any]:
 
 
 def write_text_atomic(path: Path, text: str) -> Path:
-    """Write beside ``path`` and rename into place: a crash leaves the old file or the new, never half."""
-    tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "x", encoding="utf-8") as fh:   # mode 0o666 less the umask, like a plain write
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    """Write beside ``path`` and rename into place (:func:`attnlab.paths.write_atomic`)."""
+    return write_atomic(path, text)
 
 
 #: Where a report folder keeps the MathJax its pages load, relative to the folder. Pages name it by a
@@ -298,13 +287,7 @@ def install_mathjax(folder: Path) -> Path:
         target, data = dest / name, src.read_bytes()
         if target.is_file() and target.read_bytes() == data:
             continue
-        tmp = dest / f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_atomic(target, data)
     return dest
 
 

@@ -9,15 +9,13 @@ SCHEMA.md in data/results documents the columns.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from .env import Mode, MissingRecordedData, how_to_record, provenance
-from .paths import RESULTS_DIR
+from .paths import RESULTS_DIR, write_atomic
 
 PROVENANCE_COLUMNS = ("gpu_name", "gpu", "driver_version", "sm_clock_mhz", "mem_clock_mhz",
                       "max_sm_clock_mhz", "gpu_temp_c", "cupy_version", "cuda_runtime",
@@ -42,16 +40,7 @@ def table_path(notebook: str, table: str, gpu: str, profile: str = CANONICAL_PRO
 
 
 def write_csv_atomic(df: pd.DataFrame, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            df.to_csv(fh, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, df.to_csv(index=False))
 
 
 def save_table(df: pd.DataFrame, notebook: str, table: str, mode: Mode,

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .compile import (CompileError, compile_options, define_options, describe_compile_log, kernel_path,
                       name_expression, source_fingerprint, CXX_STANDARD)
-from .paths import KERNELS_DIR
+from .paths import KERNELS_DIR, write_atomic
 
 #: Architectures every kernel is built for: the seed's Turing GPU and the H200 (Hopper).
 DEFAULT_ARCHS = ("sm_75", "sm_90")
@@ -287,8 +287,5 @@ def static_build(source: str | Path, function: str, instantiations: Sequence[Seq
             spill_load_bytes=res.get("spill_load_bytes", 0), barriers=res.get("barriers", 0),
             ptx=ptx_by_fn.get(mangled, "")))
     # a unique temporary name: notebooks running in parallel may build the same kernel at once
-    fd, tmp = tempfile.mkstemp(dir=cached.parent, prefix=cached.stem, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps([{**asdict(r), "template_args": list(r.template_args)} for r in reports]))
-    os.replace(tmp, cached)
+    write_atomic(cached, json.dumps([{**asdict(r), "template_args": list(r.template_args)} for r in reports]))
     return reports

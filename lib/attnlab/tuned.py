@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -123,18 +121,7 @@ def save(data: Mapping[str, Any], tuned_dir: Path | None = None) -> Path:
     """Validate and write atomically; returns the path."""
     validate(data)
     path = tuned_path(data["gpu"], tuned_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    paths.write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     _CACHE.pop(path, None)
     return path
 
