@@ -75,6 +75,21 @@ class _ProfilerWindow:
             self.stop()
 
 
+
+def live_mode_for(exe: str | None):
+    """The live mode when ncu exists and a CUDA device is usable; else None, after saying why."""
+    if exe is None:
+        say("counters not available: ncu (Nsight Compute CLI) not found on PATH or under CUDA_HOME; "
+            "nothing written")
+        return None
+    say(f"using {exe} ({ncu.ncu_version(exe) or 'version unknown'})")
+    try:
+        from attnlab.env import resolve_mode
+        return resolve_mode("live")
+    except Exception as exc:  # noqa: BLE001
+        say(f"counters not available: no usable CUDA device ({exc}); nothing written")
+        return None
+
 def worker(plan_path: Path, manifest_path: Path, seed: int) -> int:
     import numpy as np
     import cupy as cp
@@ -249,16 +264,8 @@ def driver(args) -> int:
                                 ncu=exe or "ncu", profile_from_start=False, log_file="LOG")
         say("command: " + " ".join(cmd))
         return 0
-    if exe is None:
-        say("counters not available: ncu (Nsight Compute CLI) not found on PATH or under CUDA_HOME; "
-            "nothing written")
-        return 0
-    say(f"using {exe} ({ncu.ncu_version(exe) or 'version unknown'})")
-    try:
-        from attnlab.env import resolve_mode
-        mode = resolve_mode("live")
-    except Exception as exc:  # noqa: BLE001
-        say(f"counters not available: no usable CUDA device ({exc}); nothing written")
+    mode = live_mode_for(exe)
+    if mode is None:
         return 0
 
     with tempfile.TemporaryDirectory(prefix="attnlab-ncu-") as tmp:
@@ -398,16 +405,8 @@ def flash_driver(args) -> int:
                                 profile_from_start=False, log_file="LOG")
         say("command: " + " ".join(cmd))
         return 0
-    if exe is None:
-        say("counters not available: ncu (Nsight Compute CLI) not found on PATH or under CUDA_HOME; "
-            "nothing written")
-        return 0
-    say(f"using {exe} ({ncu.ncu_version(exe) or 'version unknown'})")
-    try:
-        from attnlab.env import resolve_mode
-        mode = resolve_mode("live")
-    except Exception as exc:  # noqa: BLE001
-        say(f"counters not available: no usable CUDA device ({exc}); nothing written")
+    mode = live_mode_for(exe)
+    if mode is None:
         return 0
     plan = build_flash_plan(notebook, args.profile, gpu=mode.gpu)
     metrics = list(ncu.flash_metrics(_compute_capability()))
