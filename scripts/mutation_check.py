@@ -106,6 +106,18 @@ MUTATIONS: tuple[Mutation, ...] = (
              "sBeta[i] = t < TT ? beta[(b * TT + t) * H + h] : 0.0f;",
              "sBeta[i] = beta[(b * TT + t) * H + h];",
              DELTA_ASAN),
+    Mutation("09_tf32_mma: max kept raw, rescale recomputed as m_old * c - m_new * c",
+             "kernels/attention/09_tf32_mma.cu",
+             "            const float m_new = fmaxf(m_run[h], mx * sl2);   // fmaxf skips NaN scores\n"
+             "            // A row whose every score so far is -inf (or NaN) keeps m = -inf: subtract 0.\n"
+             "            const float m_sub = m_new == ATTNLAB_NEG_INF ? 0.0f : m_new;\n"
+             "            alpha[h] = fast_exp2(m_run[h] - m_sub);",
+             "            const float m_new = fmaxf(m_run[h], mx);\n"
+             "            const float m_sub = m_new == ATTNLAB_NEG_INF ? 0.0f : m_new * sl2;\n"
+             "            alpha[h] = fast_exp2(m_run[h] * sl2 - m_sub);",
+             ("tests/test_emu_09_tf32_mma.py::test_3xtf32_long_sequence",),
+             "the recorded H200 bug: FMA contraction makes alpha 1 + 1e-7 on every tile; only a CPU "
+             "model built with contraction and a long sequence of small tiles sees it"),
     # ---- recorded data checked by value (tests/test_recorded_data.py)
     Mutation("data: converged claimed at a 9 % spread", NAIVE_TIMING,
              "200,False,0.09417952560332453", "200,True,0.09417952560332453",

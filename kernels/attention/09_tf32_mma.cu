@@ -439,7 +439,7 @@ static __device__ __forceinline__ void attn09_block(const float* __restrict__ q,
     }
 
     const float sl2 = scale * 1.4426950408889634f;   // scores in log2 units: one FFMA per score
-    float m_run[2] = {ATTNLAB_NEG_INF, ATTNLAB_NEG_INF};   // running max, rows g and g+8 (raw units)
+    float m_run[2] = {ATTNLAB_NEG_INF, ATTNLAB_NEG_INF};   // running max * scale * log2(e), rows g and g+8
     float l_run[2] = {0.0f, 0.0f};                         // per-thread partial row sums
     float acc[NI][4];
 #pragma unroll
@@ -564,17 +564,23 @@ static __device__ __forceinline__ void attn09_block(const float* __restrict__ q,
         float alpha[2];   // rescale of this row's O and l (PASSES = 3: folded into the P V update)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float mx = m_run[h];
+            float mx = ATTNLAB_NEG_INF;   // this tile's raw row max
 #pragma unroll
             for (int j = 0; j < NJ; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(ATTNLAB_FULL_MASK, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(ATTNLAB_FULL_MASK, mx, 2));
+            // The running max is kept scaled (units of the exponent), so an unchanged max gives
+            // alpha = 2^0 = 1 exactly. (Recomputing m_old * sl2 - m_new * sl2 from raw maxima lets
+            // the compiler fuse it into one FFMA, which leaves the rounding error of m_new * sl2:
+            // alpha = 1 + ~1e-7 on every tile, the same for a row on every tile. O and l both take
+            // it, but early keys end up weighted (1 + 1e-7)^tiles more than late ones: a relative
+            // error growing as N / BN, 1e-5 at N = 16384, BN = 32 on the H200. tests: the CPU model
+            // built with FMA contraction, test_3xtf32_long_sequence.)
+            const float m_new = fmaxf(m_run[h], mx * sl2);   // fmaxf skips NaN scores
             // A row whose every score so far is -inf (or NaN) keeps m = -inf: subtract 0.
-            const float m_sub = mx == ATTNLAB_NEG_INF ? 0.0f : mx * sl2;
-            // m_run * sl2 rounds exactly as the previous tile's m_sub did, so the rescaling is
-            // consistent; 2^-inf = 0 on the first tile.
-            alpha[h] = fast_exp2(m_run[h] * sl2 - m_sub);
-            m_run[h] = mx;
+            const float m_sub = m_new == ATTNLAB_NEG_INF ? 0.0f : m_new;
+            alpha[h] = fast_exp2(m_run[h] - m_sub);   // 2^-inf = 0 on a row's first valid tile
+            m_run[h] = m_new;
             float rs = 0.0f;
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {

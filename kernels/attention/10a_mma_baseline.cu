@@ -109,7 +109,7 @@ attn_mma_baseline(const unsigned short* __restrict__ q, const unsigned short* __
     }
 
     const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units: one FFMA per score
-    float m_run[2] = {ATTNLAB_NEG_INF, ATTNLAB_NEG_INF};
+    float m_run[2] = {ATTNLAB_NEG_INF, ATTNLAB_NEG_INF};   // running max * sl2
     float l_run[2] = {0.0f, 0.0f};
     float acc[DT][4];
 #pragma unroll
@@ -162,10 +162,13 @@ attn_mma_baseline(const unsigned short* __restrict__ q, const unsigned short* __
             for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(ATTNLAB_FULL_MASK, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(ATTNLAB_FULL_MASK, mx, 2));
-            const float m_new = fmaxf(m_run[h], mx);
+            // The running max is kept scaled by sl2, so an unchanged max gives alpha = 2^0 = 1
+            // exactly (m_old * sl2 - m_new * sl2 would be fused into an FFMA: alpha = 1 + ~1e-7
+            // every tile, see 09's header).
+            const float m_new = fmaxf(m_run[h], mx * sl2);
             // A row with every key so far masked keeps m = -inf: subtract 0, so p = 2^-inf = 0.
-            const float m_sub = m_new == ATTNLAB_NEG_INF ? 0.0f : m_new * sl2;
-            const float alpha = fast_exp2(m_run[h] * sl2 - m_sub);  // 0 on the first tile
+            const float m_sub = m_new == ATTNLAB_NEG_INF ? 0.0f : m_new;
+            const float alpha = fast_exp2(m_run[h] - m_sub);  // 0 on the first tile
             m_run[h] = m_new;
             float rs = 0.0f;
 #pragma unroll
