@@ -50,7 +50,13 @@
 //
 // Online softmax on the accumulator fragments: row max over the thread's columns, then across the
 // 4 lanes of a quad (__shfl_xor_sync 1 and 2); p = fast_exp2(s * c - m * c), c = scale * log2(e)
-// folded into one FFMA per score (scores stay unscaled in the MMA). The row sum l is a per-thread
+// folded into one FFMA per score (scores stay unscaled in the MMA). The running max is kept as
+// m * c, so an unchanged max rescales O and l by exactly 2^0 = 1: computed from raw maxima as
+// m_old * c - m_new * c, nvcc fuses it into one FFMA and alpha becomes 1 + (rounding error of
+// m_new * c) ~ 1 + 1e-7 on every tile, the same every tile for a row. O and l both take it, so it
+// looks harmless, but a key of tile j ends up weighted (1 + 1e-7)^(tiles - j): a relative error
+// growing as N / BN (H200, D = 128, BN = 32: 2.7e-6 at N = 4096, 1.0e-5 at N = 16384; unchanged
+// by D, warps or K/V path; BN = 16 / 32 / 64 gave 2.1e-5 / 1.0e-5 / 5.2e-6 at N = 16384). The row sum l is a per-thread
 // partial (the quad shares one alpha), quad-reduced once at the end.
 // Rows whose running max is still -inf subtract 0 (no -inf - -inf); a NaN in a query row makes its
 // scores NaN (fmaxf skips them, so m stays finite or -inf), hence its p, l and output NaN, and
@@ -83,7 +89,9 @@
 //    cut cannot explain what the H200 shows), then normalises toward zero. So every partial is
 //    biased by a fraction of its ulp in one direction, and O, a sum of N/32 random-sign partials
 //    (size ~sqrt(N/32)), picks up N/32 same-sign biases: relative ~u*sqrt(N/32). H200, before this
-//    fix: 4.4e-7 -> 1.40e-6 (D = 64) and 5.9e-7 -> 2.67e-6 (D = 128) from N = 257 to 4097. Fix:
+//    fix: 4.4e-7 -> 1.40e-6 (D = 64) and 5.9e-7 -> 2.67e-6 (D = 128) from N = 257 to 4097 (both
+//    measured while the rescale error of "Online softmax" below was also in the kernel, so part of
+//    that growth was its doing; the CPU model, which has both effects, puts them apart). Fix:
 //    partial number i (keys 32i .. 32i+31) is formed from (-1)^i V (the prep pass negates V there:
 //    one LOP per V value per tile, shared by the warps; KV_PREP = 0 negates the thread's P instead),
 //    so consecutive biases cancel; the accumulator holds X = (-1)^i O, X = part - alpha * X (the
