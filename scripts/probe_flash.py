@@ -33,6 +33,33 @@ def parse_sweep(text: str) -> dict[str, list[dict]]:
     return out
 
 
+def smoke(kernels) -> int:
+    """Each kernel once per (D, causal, N) on small shapes: relative error against float32 SDPA."""
+    import torch
+    import torch.nn.functional as F
+
+    from attnlab.attention import run_attention
+    bad = 0
+    for name in kernels:
+        spec = get_spec(name)
+        dtype = getattr(torch, spec.dtypes[0])
+        for D in spec.head_dims:
+            for causal in ([False, True] if spec.causal else [False]):
+                for B, H, N in ((1, 1, 1), (1, 2, 63), (2, 3, 200), (1, 2, 1024)):
+                    q, k, v = (torch.randn(B, H, N, D, device="cuda").to(dtype) for _ in range(3))
+                    try:
+                        o = run_attention(name, q, k, v, causal=causal)
+                        torch.cuda.synchronize()
+                        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+                        err = float((o.float() - ref).norm() / ref.norm())
+                        msg = f"{err:.2e}"
+                        bad += not err < spec.rel_tol
+                    except Exception as e:  # noqa: BLE001 — a probe reports and goes on
+                        msg, bad = f"ERROR {str(e)[:200]}", bad + 1
+                    print(f"smoke {name} D={D} causal={causal} B={B} H={H} N={N}: {msg}", flush=True)
+    return 1 if bad else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", nargs="*", default=[n for n, s in KERNELS.items() if s.flash])
@@ -41,7 +68,11 @@ def main() -> int:
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--budget", type=float, default=0.3)
     ap.add_argument("--N", nargs="*", type=int, default=[1024, 4096, 16384])
+    ap.add_argument("--smoke", action="store_true",
+                    help="only run each kernel once on a few small shapes against SDPA in float32 and exit")
     args = ap.parse_args()
+    if args.smoke:
+        return smoke(args.kernels)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pd.set_option("display.width", 250)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .paths import KERNELS_DIR
+from .paths import KERNELS_DIR, write_atomic
 
 CXX_STANDARD = "-std=c++17"
 
@@ -114,10 +114,12 @@ _CACHE: dict[_Key, Any] = {}
 
 
 def load_kernel(source: str | Path, function: str, template_args: Sequence[Any] = (),
-                defines: Mapping[str, Any] | None = None):
+                defines: Mapping[str, Any] | None = None, arch: str | None = None):
     """Compile (once) and return a ``cupy.RawKernel`` for ``function<template_args>``.
 
-    ``source`` is relative to ``kernels/``; headers are found with ``-I kernels``.
+    ``source`` is relative to ``kernels/``; headers are found with ``-I kernels``. ``arch`` names
+    an architecture-specific target such as ``sm_90a`` (wgmma, setmaxnreg); by default CuPy
+    compiles for this GPU's plain ``sm_XY``.
     Raises :class:`CompileError` naming the file, line and options when NVRTC fails.
     """
     import cupy as cp
@@ -125,10 +127,16 @@ def load_kernel(source: str | Path, function: str, template_args: Sequence[Any] 
     path = kernel_path(source)
     expression = name_expression(function, template_args)
     options = compile_options(defines, path.parent)
-    arch = "sm_" + cp.cuda.Device().compute_capability
-    key = _Key(str(path), source_fingerprint(path), expression, options, arch)
+    device_arch = "sm_" + cp.cuda.Device().compute_capability
+    if arch is not None and arch.rstrip("a") != device_arch:
+        raise ValueError(f"{source} is built for {arch} only; this GPU is {device_arch}")
+    key = _Key(str(path), source_fingerprint(path), expression, options, arch or device_arch)
     kernel = _CACHE.get(key)
     if kernel is not None:
+        return kernel
+    if arch is not None:
+        kernel = _load_arch_specific(path, source, expression, options, arch)
+        _CACHE[key] = kernel
         return kernel
     module = cp.RawModule(code=path.read_text(), options=options,
                           name_expressions=[expression] if template_args else None)
@@ -139,6 +147,34 @@ def load_kernel(source: str | Path, function: str, template_args: Sequence[Any] 
         raise CompileError(describe_compile_log(source, exc.get_message(), options)) from None
     _CACHE[key] = kernel
     return kernel
+
+
+def _load_arch_specific(path: Path, source, expression: str, options: tuple[str, ...], arch: str):
+    """NVRTC straight (CuPy's compiler always appends its own ``-arch=sm_XY``, and an ``a`` target
+    cannot be named through it): cubin for ``arch``, written to a private cache file and loaded
+    with ``cupy.RawModule(path=...)``."""
+    import os
+
+    import cupy as cp
+    from cupy_backends.cuda.libs import nvrtc
+
+    opts = (*options, f"--gpu-architecture={arch}")
+    prog = nvrtc.createProgram(path.read_text(), str(path), (), ())
+    try:
+        nvrtc.addNameExpression(prog, expression)
+        try:
+            nvrtc.compileProgram(prog, list(opts))
+        except nvrtc.NVRTCError:
+            raise CompileError(describe_compile_log(source, nvrtc.getProgramLog(prog), opts)) from None
+        lowered = nvrtc.getLoweredName(prog, expression)
+        cubin = nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    # CuPy loads a path module lazily (per device), so the file stays: one per build, keyed by it.
+    digest = hashlib.sha256(repr((source_fingerprint(path), expression, opts)).encode()).hexdigest()[:24]
+    root = Path(os.environ.get("ATTNLAB_CACHE_DIR") or Path.home() / ".cache" / "attnlab") / "cubin"
+    cubin_path = write_atomic(root / f"{digest}.cubin", cubin)
+    return cp.RawModule(path=str(cubin_path)).get_function(lowered)
 
 
 def clear_cache() -> None:

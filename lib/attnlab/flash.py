@@ -267,7 +267,8 @@ PTX_EVIDENCE = {"mma_tf32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
                 "mma_bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                 "mma_f16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
                 "ldmatrix": "ldmatrix.sync", "cp_async": "cp.async.cg", "ld_v4": "ld.global.nc.v4",
-                "ex2": "ex2.approx"}
+                "ex2": "ex2.approx", "wgmma": "wgmma.mma_async", "tma": "cp.async.bulk.tensor",
+                "mbarrier": "mbarrier.try_wait", "setmaxnreg": "setmaxnreg"}
 
 
 def static_table(kernels: Sequence[str], archs: Sequence[str] = ("sm_90",), *,
@@ -286,6 +287,10 @@ def static_table(kernels: Sequence[str], archs: Sequence[str] = ("sm_90",), *,
         for arch in archs:
             if spec.min_cc and int(arch.split("_")[1][:2]) < spec.min_cc:
                 continue
+            if spec.arch:   # an architecture-specific kernel builds only for its own target (sm_90 -> sm_90a)
+                if spec.arch.rstrip("a") != arch:
+                    continue
+                arch = spec.arch
             if spec.flash:
                 params = [resolve_params(name, d)[0] for d, _, _ in combos]
                 args = [spec.flash_template_args(d, p, dt, c) for (d, dt, c), p in zip(combos, params)]

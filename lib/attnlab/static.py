@@ -95,13 +95,11 @@ def parse_ptxas_verbose(log: str) -> dict[str, dict[str, int]]:
 
 
 def split_ptx_functions(ptx: str) -> dict[str, str]:
-    """PTX text of each ``.entry`` keyed by mangled name (from its header to its closing brace)."""
-    out: dict[str, str] = {}
-    for m in re.finditer(r"^\.(?:visible|weak) \.entry (\w+)\(", ptx, re.MULTILINE):
-        start = m.start()
-        end = ptx.find("\n}\n", start)
-        out[m.group(1)] = ptx[start:end + 3 if end >= 0 else len(ptx)]
-    return out
+    """PTX text of each ``.entry`` keyed by mangled name (from its header to the next entry's, or the
+    end: inline assembly's own ``{ }`` blocks put closing braces in column 0 inside a function)."""
+    marks = list(re.finditer(r"^\.(?:visible|weak) \.entry (\w+)\(", ptx, re.MULTILINE))
+    return {m.group(1): ptx[m.start():(marks[i + 1].start() if i + 1 < len(marks) else len(ptx))]
+            for i, m in enumerate(marks)}
 
 
 def demangle(names: Iterable[str]) -> dict[str, str]:
@@ -140,6 +138,10 @@ def has_vector_global_loads(ptx: str) -> bool:
 
 
 # ---------------------------------------------------------------- building
+
+#: bump when what a cached report holds changes (2: per-function PTX split at the next entry)
+_CACHE_VERSION = 2
+
 
 def _cache_dir() -> Path:
     root = os.environ.get("ATTNLAB_CACHE_DIR") or Path.home() / ".cache" / "attnlab"
@@ -182,7 +184,12 @@ def _instantiation_unit(path: Path, function: str, instantiations: Sequence[Sequ
 
 def _run_nvcc(nvcc: str, unit: Path, arch: str, options: Sequence[str], out: Path, mode: str,
               source: str) -> str:
-    cmd = [nvcc, *options, f"-arch={arch}", mode, "-o", str(out), str(unit)]
+    if arch.endswith("a"):   # sm_90a: `-arch=sm_90a` would also run a plain sm_90 pass that rejects wgmma
+        cc = arch[3:]
+        target = [f"-gencode=arch=compute_{cc},code={'sm' if mode == '-cubin' else 'compute'}_{cc}"]
+    else:
+        target = [f"-arch={arch}"]
+    cmd = [nvcc, *options, *target, mode, "-o", str(out), str(unit)]
     if mode == "-cubin":
         cmd[1:1] = ["-Xptxas", "-v"]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -249,7 +256,7 @@ def static_build(source: str | Path, function: str, instantiations: Sequence[Seq
     instantiations = [tuple(a) for a in instantiations]
     key = hashlib.sha256(json.dumps([str(path), source_fingerprint(path), function,
                                      [[str(x) for x in a] for a in instantiations], arch,
-                                     sorted((defines or {}).items()), compiler_version()],
+                                     sorted((defines or {}).items()), compiler_version(), _CACHE_VERSION],
                                     default=str).encode()).hexdigest()[:24]
     cached = _cache_dir() / f"{key}.json"
     if cached.is_file():
