@@ -68,6 +68,16 @@ static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.comm
 template <int N>
 static __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
 
+// The compiler sees a wgmma's accumulators as written when the wgmma is issued, not when
+// wgmma_wait returns (an asm statement with no register operands), so it could move a read of
+// them above the wait. An empty asm that "modifies" each register, placed after the wait, pins
+// every later use below it (CUTLASS: warpgroup_fence_operand).
+template <int N>
+static __device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i]) :: "memory");
+}
+
 // ---- wgmma.mma_async m64nNk16, fp32 accumulators d (N/2 per thread), bf16 or fp16 operands.
 // _ss: A and B from shared memory (descriptors, both K-major). _rs: A from registers (the
 // mma.m16n8k16 A fragment of the thread's warp's 16 rows), B from shared memory, MN-major.

@@ -147,6 +147,7 @@ FLASH_NOTEBOOKS = {
     "08_register_tiling": dict(kernels=("vec_padded", "register_tiled"), references=("sdpa",), causal=()),
     "09_tf32_tensor_cores": dict(kernels=("tf32", "3xtf32"), references=("sdpa",), causal=()),
     "10_flash_bf16": dict(kernels="10", references=("sdpa_flash", "sdpa_cudnn"), causal="last"),
+    "11_hopper_wgmma": dict(kernels="11", references=("sdpa_flash", "sdpa_cudnn"), causal="last"),
 }
 FLASH_B, FLASH_H, FLASH_N, FLASH_D = 2, 8, 4096, (64, 128)
 

@@ -137,6 +137,7 @@ attn_wgmma_tma(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap
         }
         wgmma_commit();
         wgmma_wait<0>();
+        fence_regs(sacc);
 
         // ---- mask: keys >= n (tail tile), CAUSAL keys > row (tiles reaching past this block's first row)
         if ((kv0 + BN > n) || (CAUSAL && kv0 + BN - 1 > m0)) {
@@ -188,6 +189,7 @@ attn_wgmma_tma(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap
         }
         wgmma_commit();
         wgmma_wait<0>();
+        fence_regs(acc);
 
         // Every warp's MMAs have read stage s: refill it with tile j + STAGES.
         __syncthreads();

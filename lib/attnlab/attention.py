@@ -230,7 +230,10 @@ HOPPER_KERNELS: tuple[AttentionKernel, ...] = tuple(
          "one warpgroup: wgmma m64 on shared-memory operands, TMA copies on an mbarrier, one K/V buffer"),
         ("wgmma_pipeline", "11b", "wgmma_pipeline", "wgmma_tma", True,
          {64: dict(BM=64, BN=128, STAGES=2), 128: dict(BM=64, BN=64, STAGES=2)},
-         "STAGES K/V buffers on their own mbarriers: the next tiles' copies run under this tile's MMAs")))
+         "STAGES K/V buffers on their own mbarriers: the next tiles' copies run under this tile's MMAs"),
+        ("wgmma_overlap", "11c", "wgmma_overlap", "wgmma_pipeline", True,
+         {64: dict(BM=64, BN=128, STAGES=2), 128: dict(BM=64, BN=64, STAGES=2)},
+         "S of tile j and P V of tile j-1 in flight together: the softmax runs under the tensor cores")))
 
 KERNELS: dict[str, AttentionKernel] = {k.name: k for k in (
     AttentionKernel("naive", "01", "attention/01_naive.cu", "attn_naive", tiled=False,
