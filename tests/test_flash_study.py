@@ -92,3 +92,13 @@ def test_verdict_sentences_follow_the_numbers():
     assert "1e-06 against the required ≤ 2e-06 — **met**" in text[1]
     assert "not measured" in text[2] and "met" not in text[2]
     assert text[-1] == "_source line_"
+
+
+def test_step_gains_compare_each_step_with_its_predecessor():
+    rows = [dict(kernel=k, causal=False, D=128, N=n, median_ms=ms, tflops=1.0)
+            for k, n, ms in (("wgmma_tma", 4096, 1.0), ("wgmma_pipeline", 4096, 0.5), ("wgmma_tma", 16384, 2.0),
+                             ("wgmma_pipeline", 16384, 4.0), ("sdpa_flash", 4096, 1.0))]
+    g = flash.step_gains(pd.DataFrame(rows), ["wgmma_tma", "wgmma_pipeline"])
+    assert list(g["kernel"]) == ["wgmma_pipeline"] * 2 and sorted(g["x"]) == [0.5, 2.0]
+    text = flash.describe_step_gains(g)
+    assert "11b wgmma_pipeline** against 11a wgmma_tma: 0.50–2.00× (median 1.25×, faster) over 2" in text

@@ -231,8 +231,9 @@ HOPPER_KERNELS: tuple[AttentionKernel, ...] = tuple(
         ("wgmma_pipeline", "11b", "wgmma_pipeline", "wgmma_tma", True,
          {64: dict(BM=64, BN=128, STAGES=2), 128: dict(BM=64, BN=64, STAGES=2)},
          "STAGES K/V buffers on their own mbarriers: the next tiles' copies run under this tile's MMAs"),
+        # defaults: the fastest of an H200 sweep of BN x STAGES (scripts/probe_flash.py)
         ("wgmma_overlap", "11c", "wgmma_overlap", "wgmma_pipeline", True,
-         {64: dict(BM=64, BN=128, STAGES=2), 128: dict(BM=64, BN=64, STAGES=2)},
+         {64: dict(BM=64, BN=128, STAGES=3), 128: dict(BM=64, BN=128, STAGES=3)},
          "S of tile j and P V of tile j-1 in flight together: the softmax runs under the tensor cores")))
 
 KERNELS: dict[str, AttentionKernel] = {k.name: k for k in (

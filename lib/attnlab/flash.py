@@ -325,6 +325,26 @@ def ratios(timing: pd.DataFrame, kernel: str, reference: str) -> pd.DataFrame:
     return out.reset_index()
 
 
+def step_gains(timing: pd.DataFrame, kernels: Sequence[str]) -> pd.DataFrame:
+    """What each step bought: for every kernel whose registry predecessor is also timed, ``x`` =
+    predecessor time / kernel time per (causal, D, N) of the same run (above 1: the step helped)."""
+    frames = [ratios(timing, k, get_spec(k).predecessor).rename(columns={"reference": "predecessor"})
+              for k in kernels if get_spec(k).predecessor in set(timing["kernel"])]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["kernel", "predecessor", "causal", "D", "N", "kernel_ms", "reference_ms", "kernel_tflops", "x"])
+
+
+def describe_step_gains(gains: pd.DataFrame) -> str:
+    """One generated line per step: the range and median of its gain over the points measured."""
+    lines = []
+    for (k, pred), g in gains.groupby(["kernel", "predecessor"], sort=False):
+        word = "faster" if g["x"].median() > 1 else "slower"
+        lines.append(f"- **{get_spec(k).step} {k}** against {get_spec(pred).step} {pred}: "
+                     f"{g['x'].min():.2f}–{g['x'].max():.2f}× (median {g['x'].median():.2f}×, {word}) over "
+                     f"{len(g)} measured points (D, N, causal).")
+    return "\n".join(lines)
+
+
 def min_ratio(timing: pd.DataFrame, kernel: str, reference: str, *, D_list: Sequence[int],
               N_list: Sequence[int], causal: bool = False) -> float:
     """The smallest ``x`` over the given (D, N) points; NaN when any point was not measured (a
