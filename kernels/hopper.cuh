@@ -31,6 +31,10 @@ static __device__ __forceinline__ void mbar_init_fence() {
 static __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
 }
+// A plain arrival (consumers telling the producer that a buffer may be refilled).
+static __device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
 static __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned phase) {
     asm volatile(
         "{\n.reg .pred done;\n"
@@ -59,6 +63,13 @@ static __device__ __forceinline__ unsigned long long wgmma_desc_sw128(unsigned a
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
            ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
+
+// ---- register reallocation between warpgroups (sm_90a): every thread of the warpgroup executes
+// it; the kernel must start under a register cap (__launch_bounds__(threads, 1)). N: multiple of 8.
+template <int N>
+static __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N)); }
+template <int N>
+static __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
 
 // ---- wgmma fences. fence: before the first wgmma that reads registers written by ordinary
 // instructions (accumulators, A fragments); commit: close a group of issued wgmmas; wait<N>: until

@@ -15,7 +15,7 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "attnlab"
 LAYERS = {
     # tools: know nothing of attention kernels
     "tool": {"paths", "arrays", "compile", "static", "timing", "results", "env", "occupancy", "ncu", "report",
-             "nb", "seed", "tuned", "models", "cluster"},
+             "nb", "seed", "tuned", "models", "cluster", "tma"},
     # kernel families: registry, launchers, float64 references, NumPy models of the kernels
     "family": {"reference", "attention", "delta", "delta.naive", "delta.chunk", "delta.kernels", "delta.model",
                "delta.tf32"},

@@ -235,6 +235,18 @@ HOPPER_KERNELS: tuple[AttentionKernel, ...] = tuple(
         ("wgmma_overlap", "11c", "wgmma_overlap", "wgmma_pipeline", True,
          {64: dict(BM=64, BN=128, STAGES=3), 128: dict(BM=64, BN=128, STAGES=3)},
          "S of tile j and P V of tile j-1 in flight together: the softmax runs under the tensor cores")))
+HOPPER_KERNELS += (
+    AttentionKernel(
+        "warp_specialized", "11d", "attention/11d_warp_specialized.cu", "attn_warp_specialized",
+        predecessor="wgmma_pipeline",
+        summary="a producer warpgroup (TMA only, setmaxnreg.dec) and two consumer warpgroups sharing each K/V tile",
+        precision="16-bit", dtypes=(BFLOAT16, FLOAT16), head_dims=(64, 128), vector_loads=True, causal=True,
+        min_cc=90, rel_tol=1e-2, arch="sm_90a", tma=True,
+        template=("D", "BN", "STAGES", "BF16", "CAUSAL"),
+        params=(Param("BM", (128,)), Param("BN", (64, 128)), Param("STAGES", (2, 3, 4))),
+        defaults={64: dict(BM=128, BN=128, STAGES=3), 128: dict(BM=128, BN=128, STAGES=2)},
+        threads=lambda p: 384,
+        smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 1024),)
 
 KERNELS: dict[str, AttentionKernel] = {k.name: k for k in (
     AttentionKernel("naive", "01", "attention/01_naive.cu", "attn_naive", tiled=False,

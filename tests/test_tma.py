@@ -1,0 +1,46 @@
+"""Host side of the Hopper kernels (attnlab.tma, the registry's TMA entries) without a GPU."""
+
+import pytest
+
+from attnlab import tma
+from attnlab.attention import KERNELS, resolve_params
+
+
+def test_box_plan_describes_each_head_as_its_own_rows():
+    plan = tma.box_plan(bh=6, n=1000, d=128, rows=64)
+    assert plan["dims"] == (128, 1000, 6)                 # innermost first: D, N, B·H
+    assert plan["strides"] == (128 * 2, 1000 * 128 * 2)   # bytes, rank - 1 of them
+    assert plan["box"] == (64, 64, 1)                     # 64 columns = one 128-byte swizzle row
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(bh=1, n=10, d=96, rows=64), "multiple of the box width"),
+    (dict(bh=1, n=10, d=128, rows=64, cols=128), "at most 64"),
+    (dict(bh=1, n=10, d=64, rows=300), "box rows"),
+    (dict(bh=0, n=10, d=64, rows=64), "empty tensor"),
+])
+def test_box_plan_refuses_what_the_copy_engine_cannot_do(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        tma.box_plan(**kw)
+
+
+def test_tensor_map_checks_before_the_driver():
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        tma.tensor_map_3d(0x1008, "bfloat16", 1, 16, 64, 64)
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        tma.tensor_map_3d(0x1000, "float32", 1, 16, 64, 64)
+
+
+@pytest.mark.parametrize("name", [n for n, s in KERNELS.items() if s.tma])
+def test_tma_kernels_boxes_fit_their_shared_memory(name):
+    spec = KERNELS[name]
+    assert spec.arch == "sm_90a" and spec.min_cc == 90
+    for d in spec.head_dims:
+        p, _ = resolve_params(name, d)
+        for rows in (p["BM"], p["BN"]):
+            tma.box_plan(bh=2, n=4096, d=d, rows=rows)   # a valid box for Q (BM rows) and K/V (BN rows)
+        stages = p.get("STAGES", 1)
+        _, threads, smem = spec.launch(1, 1, d, p)
+        # Q tile + stages x (K + V) tiles, 16-bit, plus the 1024 bytes the kernel may skip to align
+        assert smem == 2 * d * (p["BM"] + 2 * stages * p["BN"]) + 1024 <= 227 * 1024
+        assert threads == (384 if name == "warp_specialized" else 128)
