@@ -27,7 +27,7 @@ def test_box_plan_refuses_what_the_copy_engine_cannot_do(kw, msg):
 def test_tensor_map_checks_before_the_driver():
     with pytest.raises(ValueError, match="16-byte aligned"):
         tma.tensor_map_3d(0x1008, "bfloat16", 1, 16, 64, 64)
-    with pytest.raises(ValueError, match="bfloat16 or float16"):
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
         tma.tensor_map_3d(0x1000, "float32", 1, 16, 64, 64)
 
 
