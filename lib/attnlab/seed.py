@@ -34,6 +34,20 @@ def seed_best_tiles() -> pd.DataFrame:
     return _read("gtx1660ti_best_tiles.csv")
 
 
+def seed_side_experiments() -> pd.DataFrame:
+    """Seed 000's side experiments as published: kernel vs baseline, % slower (low, high) on its GPU."""
+    return _read("gtx1660ti_side_experiments.csv")
+
+
+def seed_slowdown(kernel: str) -> tuple[float, float]:
+    """(low, high) % by which the seed found ``kernel`` slower than its baseline on the GTX 1660 Ti."""
+    t = seed_side_experiments()
+    row = t[t["kernel"] == kernel]
+    if row.empty:
+        raise KeyError(f"no seed side experiment for {kernel!r} in data/reference/gtx1660ti_side_experiments.csv")
+    return float(row["slower_pct_low"].iloc[0]), float(row["slower_pct_high"].iloc[0])
+
+
 def gpu_specs() -> pd.DataFrame:
     return _read("gpu_specs.csv")
 
