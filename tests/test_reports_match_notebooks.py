@@ -11,10 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted((ROOT / "reports").glob("*/[0-9][0-9]_*.ipynb"))
 #: Reports known to predate their notebook, with why; each is shown as an expected failure, never
 #: silently passed. Remove an entry once the notebook's report is re-recorded.
-STALE = {
-    "h200/07_delta_attention_chunking": "recorded at 0a399d6, before the two bound lines and the last "
-                                        "paragraph were added; re-recording 07 takes ~400 s of GPU time",
-}
+STALE: dict[str, str] = {}
 
 
 def _sources(path: Path) -> list[tuple[str, str]]:
