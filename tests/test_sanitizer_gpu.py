@@ -1,0 +1,30 @@
+"""Every registered attention kernel under compute-sanitizer (memcheck, racecheck, synccheck,
+initcheck) on one small odd shape (scripts/sanitize_kernels.py). GPU only; the CPU side is the
+emulator's AddressSanitizer build (tests/test_ladder_emu.py)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "sanitize_kernels.py"
+
+
+def test_the_plan_covers_every_registered_kernel():
+    from attnlab.attention import KERNELS
+
+    out = subprocess.run([sys.executable, str(SCRIPT), "--list"], capture_output=True, text=True, check=True).stdout
+    launched = {line.split("'kernel': '")[1].split("'")[0] for line in out.splitlines()}
+    assert launched == set(KERNELS)
+    assert out.count("'causal': True") == sum(s.causal for s in KERNELS.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (shutil.which("compute-sanitizer") or Path("/usr/local/cuda/bin/compute-sanitizer").exists()),
+                    reason="compute-sanitizer not installed")
+def test_every_kernel_is_clean_under_compute_sanitizer():
+    res = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
