@@ -85,17 +85,28 @@ def driver(tools) -> int:
                sys.executable, __file__, "--worker"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         text = proc.stdout + proc.stderr
-        m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+        errors = summary_errors(text)
         ran = len(re.findall(r"^\[sanitize\] ran ", text, re.MULTILINE))
-        errors = int(m.group(1)) if m else -1
         rows.append((tool, errors, ran, proc.returncode, time.time() - t0))
         if errors != 0 or proc.returncode != 0:
             worst = max(worst, 1 if errors > 0 or proc.returncode else 2)
             print(text[-6000:])
+        # one line per tool as it finishes (a long run cut short still says what passed)
+        print(f"[sanitize] {tool}: {errors} errors over {ran} launches, exit {proc.returncode}, "
+              f"{time.time() - t0:.0f} s", flush=True)
     print(f"{'tool':<10} {'errors':>6} {'launches':>8} {'exit':>4} {'seconds':>8}")
     for tool, errors, ran, rc, s in rows:
         print(f"{tool:<10} {errors:>6} {ran:>8} {rc:>4} {s:>8.0f}")
     return worst
+
+
+def summary_errors(text: str) -> int:
+    """Errors in a compute-sanitizer log: memcheck, synccheck and initcheck end with "ERROR SUMMARY:
+    N errors", racecheck with "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)"; -1
+    when neither line is there (the tool did not finish)."""
+    m = re.search(r"ERROR SUMMARY: (\d+) error", text) or \
+        re.search(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?", text)
+    return int(m.group(1)) if m else -1
 
 
 def main() -> int:

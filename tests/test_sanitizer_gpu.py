@@ -13,6 +13,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "sanitize_kernels.py"
 
 
+def test_sanitizer_summaries_are_read():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from sanitize_kernels import summary_errors
+
+    assert summary_errors("========= ERROR SUMMARY: 0 errors\n") == 0
+    assert summary_errors("========= ERROR SUMMARY: 3 errors\n") == 3
+    assert summary_errors("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n") == 0
+    assert summary_errors("========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)\n") == 1
+    assert summary_errors("killed") == -1
+
+
 def test_the_plan_covers_every_registered_kernel():
     from attnlab.attention import KERNELS
 
