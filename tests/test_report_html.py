@@ -172,3 +172,33 @@ def test_without_the_package_the_committed_copy_is_used(monkeypatch):
     source = report.mathjax_source()
     assert set(source) == set(report.MATHJAX_FILES)
     assert all(p.is_relative_to(REPORTS) and p.is_file() for p in source.values())
+
+
+def test_the_results_first_page_has_results_but_no_code(tmp_path):
+    import nbformat
+
+    path = tmp_path / "01_x.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# 01 — x\n\nWhat this notebook shows."),
+        nbformat.v4.new_code_cell("mode = 'auto'", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("nb.show_source('a.cu')", execution_count=1, outputs=[
+            nbformat.v4.new_output("display_data", {"text/markdown": "`kernels/a.cu`\n```cuda\nint secret_kernel;\n```"})]),
+        nbformat.v4.new_code_cell("print(log)", execution_count=2, outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text="".join(f"log line {i}\n" for i in range(40)))]),
+        nbformat.v4.new_code_cell("display(table)", execution_count=3, outputs=[
+            nbformat.v4.new_output("display_data", {"text/markdown": "- **speedup**: 1.5 — **met**."})]),
+    ]
+    nbformat.write(nb, path)
+    page = report.export_html(path)
+    short = report.summary_path(page)
+    assert short == tmp_path / "01_x.summary.html" and short.is_file()
+    text = short.read_text()
+    assert "What this notebook shows" in text and "— <strong>met</strong>" in text   # prose and verdicts stay
+    assert "secret_kernel" not in text and "1 source listing(s)" in text            # listings go
+    assert "display(table)" not in text and "mode = " not in text                     # no code, no parameters
+    assert "log line 5" in text and "log line 39" not in text and "more lines in the full page" in text
+    assert 'href="01_x.html"' in text
+    assert "secret_kernel" in page.read_text()                                        # the full page keeps all
+    refs = _refs(short)
+    assert refs.scripts == [MATHJAX_JS] and not refs.stylesheets

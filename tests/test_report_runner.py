@@ -252,7 +252,7 @@ def test_an_interrupted_notebook_leaves_the_good_copy_and_no_scratch(lab, tmp_pa
     monkeypatch.setattr(report, "execute_notebook", interrupted)
     assert report.main(["--only", "01", "--profile", "quick"]) == 130
     assert report.report_files(out, "01_naive")[0].read_bytes() == good
-    assert sorted(p.name for p in out.iterdir()) == [".gitignore", "01_naive.html", "01_naive.ipynb",
+    assert sorted(p.name for p in out.iterdir()) == [".gitignore", "01_naive.html", "01_naive.ipynb", "01_naive.summary.html",
                                                      "README.md", "runs.json"]
     assert capsys.readouterr().err.strip().startswith("interrupted")
 

@@ -309,8 +309,78 @@ def export_html(ipynb: Path, html: Path | None = None) -> Path:
                             extra_loaders=[jinja2.DictLoader({"attnlab_page.html.j2": _PAGE_TEMPLATE})])
     body, _ = exporter.from_notebook_node(node)
     write_text_atomic(html, body)
+    export_summary_html(ipynb, html)
     install_mathjax(html.parent)
     return html
+
+
+#: A results-first page leaves out stdout runs longer than this many lines (the full page has them).
+SUMMARY_STREAM_LINES = 12
+
+
+def summary_path(html: Path) -> Path:
+    return html.with_name(html.stem + ".summary.html")
+
+
+def _is_listing(output) -> bool:
+    """A source listing or diff shown by attnlab.nb.show_source / show_diff."""
+    text = "".join(output.get("data", {}).get("text/markdown", ""))
+    return "```cuda" in text or "```diff" in text
+
+
+def results_first(node, full_page: str):
+    """The results-first view of an executed notebook: its prose and its results (tables, plots,
+    verdicts), no code. Source listings and diffs become a line pointing to the full page; stdout
+    longer than SUMMARY_STREAM_LINES lines is cut to its first lines, with the count left out."""
+    import copy
+
+    import nbformat
+
+    out = copy.deepcopy(node)
+    note = nbformat.v4.new_markdown_cell(
+        f"_Results-first view: the notebook's text, tables, plots and verdicts, without its code. The full "
+        f"executed notebook, with every listing and log, is [{full_page}]({full_page})._")
+    cells = [out.cells[0], note] if out.cells and out.cells[0].cell_type == "markdown" else [note]
+    for cell in out.cells[len(cells) - 1:]:
+        if cell.cell_type == "code":
+            if "parameters" in cell.metadata.get("tags", []) or "injected-parameters" in cell.metadata.get("tags", []):
+                continue
+            kept = []
+            listings = 0
+            for o in cell.get("outputs", []):
+                if o.get("output_type") in ("display_data", "execute_result") and _is_listing(o):
+                    listings += 1
+                    continue
+                if o.get("output_type") == "stream":
+                    lines = "".join(o.get("text", "")).splitlines()
+                    if len(lines) > SUMMARY_STREAM_LINES:
+                        o = copy.deepcopy(o)
+                        o["text"] = "\n".join(lines[:SUMMARY_STREAM_LINES // 2]) + \
+                            f"\n… {len(lines) - SUMMARY_STREAM_LINES // 2} more lines in the full page\n"
+                kept.append(o)
+            if listings:
+                kept.append(nbformat.v4.new_output("display_data", data={
+                    "text/markdown": f"_{listings} source listing(s) and diff(s): see [{full_page}]({full_page})._"}))
+            cell.outputs = kept
+            if not kept:
+                continue
+        cells.append(cell)
+    out.cells = cells
+    return out
+
+
+def export_summary_html(ipynb: Path, html: Path) -> Path:
+    """Write the results-first page (:func:`results_first`) beside the full ``html`` page."""
+    import jinja2
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    node = results_first(nbformat.read(ipynb, as_version=4), html.name)
+    exporter = HTMLExporter(template_name="lab", template_file="attnlab_page.html.j2", exclude_input=True,
+                            exclude_input_prompt=True, exclude_output_prompt=True,
+                            extra_loaders=[jinja2.DictLoader({"attnlab_page.html.j2": _PAGE_TEMPLATE})])
+    body, _ = exporter.from_notebook_node(node)
+    return write_text_atomic(summary_path(html), body)
 
 
 def rebuild_html(folder: Path | str) -> list[Path]:
@@ -393,11 +463,23 @@ def install_outputs(out_dir: Path, run: NotebookRun, ipynb: Path, html: Path) ->
                 except OSError as exc:   # keep the page: only its math is left as TeX
                     run.error = (run.error + f" (MathJax not copied beside the page: {exc})").strip()
             os.replace(html, html_dest)
+            # the results-first page: moved with the full one, or made here (a Ray worker sends only
+            # the notebook and its full page)
+            if summary_path(html).is_file():
+                os.replace(summary_path(html), summary_path(html_dest))
+            else:
+                try:
+                    export_summary_html(ipynb_dest, html_dest)
+                except Exception as exc:   # noqa: BLE001 — the full page stands; say why the short one is missing
+                    summary_path(html_dest).unlink(missing_ok=True)
+                    run.error = (run.error + f" (results-first page not written: {exc})").strip()
         else:
             html_dest.unlink(missing_ok=True)   # an older run's page would not match the notebook
+            summary_path(html_dest).unlink(missing_ok=True)
     if run.status == "passed" or not produced:
         for stale in failed:   # an older failure's copy would not match this run's index entry
             stale.unlink(missing_ok=True)
+        summary_path(failed[1]).unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- the index
@@ -430,6 +512,9 @@ def _links(out_dir: Path, r: NotebookRun) -> str:
         return " · ".join(f"[{p.suffix[1:]}]({p.name})" for p in files if p.is_file())
 
     good, failed = present(report_files(out_dir, r.notebook)), present(report_files(out_dir, r.notebook, True))
+    summary = summary_path(report_files(out_dir, r.notebook)[1])
+    if good and summary.is_file():
+        good = f"[results]({summary.name}) · {good}"
     parts = []
     if good:
         when = f" ({r.last_passed_utc})" if r.last_passed_utc else ""
