@@ -215,3 +215,15 @@ static __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
     }
 }
+
+// The m64nNk16 variant for a compile-time N (64 or 128): what the kernels call.
+template <int N, bool BF16>
+static __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
+    if constexpr (N == 64) wgmma_m64n64k16_ss<BF16>(d, da, db, acc);
+    else wgmma_m64n128k16_ss<BF16>(d, da, db, acc);
+}
+template <int N, bool BF16>
+static __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
+    if constexpr (N == 64) wgmma_m64n64k16_rs<BF16>(d, a, db, acc);
+    else wgmma_m64n128k16_rs<BF16>(d, a, db, acc);
+}

@@ -55,17 +55,6 @@ __host__ __device__ constexpr int smem_bytes(int D, int BN) {
 }
 }  // namespace attn11a
 
-template <int N, bool BF16>
-static __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
-    if constexpr (N == 64) wgmma_m64n64k16_ss<BF16>(d, da, db, acc);
-    else wgmma_m64n128k16_ss<BF16>(d, da, db, acc);
-}
-template <int N, bool BF16>
-static __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
-    if constexpr (N == 64) wgmma_m64n64k16_rs<BF16>(d, a, db, acc);
-    else wgmma_m64n128k16_rs<BF16>(d, a, db, acc);
-}
-
 template <int D, int BN, bool BF16, bool CAUSAL>
 __global__ void __launch_bounds__(128)
 attn_wgmma_tma(const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tk,
