@@ -71,4 +71,15 @@ static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
+// ---- named barriers (bar.sync / bar.arrive on ids 1-15; id 0 is __syncthreads): a subset of the
+// block's warps synchronises (sync), or signals without waiting (arrive), e.g. a producer warp group
+// handing a shared-memory buffer to consumer warps. n counts threads, a multiple of 32; every warp
+// of the subset takes part with all its threads. Shared-memory writes before an arrive are visible
+// to the threads released by the matching sync.
+static __device__ __forceinline__ void named_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+static __device__ __forceinline__ void named_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
 #endif  // ATTNLAB_HOST_EMULATION

@@ -1,4 +1,5 @@
-// Warp-level tensor-core helpers shared by the attention kernels (kernels/attention/09_* onwards):
+// Warp-level tensor-core helpers shared by the attention kernels (kernels/attention/09_* onwards)
+// and the delta kernels (kernels/delta/06_* onwards):
 // mma.sync fragments for TF32 (m16n8k8) and bf16/fp16 (m16n8k16), ldmatrix, operand packing and
 // the 3xTF32 split, plus cp.async with group waits.
 //
@@ -115,4 +116,75 @@ static __device__ __forceinline__ unsigned tf32_round(float x) {
 static __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
     big = tf32_round(x);
     small = __float_as_uint(x - __uint_as_float(big));
+}
+// 3xBF16 split of a pair: (x0, x1) -> hi = bf16 pair nearest to it, lo = bf16 pair nearest to the
+// remainder, so x ~= hi + lo to 16 significant bits (relative error <= 2^-17). Three m16n8k16 MMAs,
+// a_lo b_hi + a_hi b_lo + a_hi b_hi, then give a product to ~2^-16 at twice TF32's MMA rate.
+static __device__ __forceinline__ void split_bf16x2(float x0, float x1, unsigned& hi, unsigned& lo) {
+    hi = pack_bf16x2(x0, x1);
+    lo = pack_bf16x2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+}
+
+// ---- 3xBF16 on operands kept in shared memory as split bf16 pairs (kernels/delta/06 onwards).
+// An operand matrix is two arrays of 32-bit words, hi and lo, each word a pair of bf16 values
+// adjacent along the MMA's k dimension ([m][k/2] for A, [n][k/2] for B, i.e. B transposed).
+// d += A B with A, B given as (hi, lo) bf16 fragments: three MMAs, small terms first.
+static __device__ __forceinline__ void mma_3xbf16(float (&d)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
+                                                  const unsigned (&bh)[2], const unsigned (&bl)[2]) {
+    mma_m16n8k16_bf16(d, al, bh);
+    mma_m16n8k16_bf16(d, ah, bl);
+    mma_m16n8k16_bf16(d, ah, bh);
+}
+
+// Fragments from arrays of bf16 pairs (32-bit words, row stride ld words, 16-byte aligned rows),
+// by ldmatrix: lane l gives the address of row l % 8 of 8 x 8 matrix l / 8 (8 rows x 4 words).
+// A (16 x 16 at s, rows m, words along k): matrices (rows 0-7 | 8-15) x (words 0-3 | 4-7).
+static __device__ __forceinline__ void ldm_a16(const unsigned* s, int ld, int lane, unsigned (&a)[4]) {
+    ldmatrix_x4(a, s + (((lane >> 3) & 1) * 8 + (lane & 7)) * ld + (lane >> 4) * 4);
+}
+// B of two 8-column tiles, stored transposed ([n][k/2], 16 rows n at s): b[0..1] tile 0, b[2..3] tile 1.
+static __device__ __forceinline__ void ldm_b16x2(const unsigned* s, int ld, int lane, unsigned (&b)[4]) {
+    ldmatrix_x4(b, s + ((lane >> 4) * 8 + (lane & 7)) * ld + ((lane >> 3) & 1) * 4);
+}
+// B of one 8-column tile (8 rows n at s).
+static __device__ __forceinline__ void ldm_b16x1(const unsigned* s, int ld, int lane, unsigned (&b)[2]) {
+    ldmatrix_x2(b, s + (lane & 7) * ld + ((lane >> 3) & 1) * 4);
+}
+// d += A B for (hi, lo) fragments where B is one tile of a ldm_b16x2 pair (half = 0 or 1).
+static __device__ __forceinline__ void mma_3xbf16_half(float (&d)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
+                                                       const unsigned (&bh)[4], const unsigned (&bl)[4], int half) {
+    const unsigned h2[2] = {bh[2 * half], bh[2 * half + 1]}, l2[2] = {bl[2 * half], bl[2 * half + 1]};
+    mma_3xbf16(d, ah, al, h2, l2);
+}
+
+// Store a 16 x 8 accumulator tile D (rows m0.., columns n0..) transposed and split: word
+// [n][m/2] of H and L holds (D[m][n], D[m+1][n]). Rows m and m+1 live in lanes g and g^1
+// (lane ^ 4): even-g lanes store rows g, g+1; odd-g lanes store rows g+7, g+8.
+static __device__ __forceinline__ void store_acc_split_t(unsigned* H, unsigned* L, int ld, int m0, int n0,
+                                                         const float (&d)[4], int g, int t) {
+    float p[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[e] = __shfl_xor_sync(ATTNLAB_FULL_MASK, d[e], 4);
+    const bool even = (g & 1) == 0;
+    const int m = even ? m0 + g : m0 + g + 7;                     // first row of this lane's pairs
+    const float a0 = even ? d[0] : p[2], b0 = even ? p[0] : d[2];   // column n0 + 2t
+    const float a1 = even ? d[1] : p[3], b1 = even ? p[1] : d[3];   // column n0 + 2t + 1
+    unsigned h, l;
+    split_bf16x2(a0, b0, h, l);
+    H[(n0 + 2 * t) * ld + m / 2] = h;
+    L[(n0 + 2 * t) * ld + m / 2] = l;
+    split_bf16x2(a1, b1, h, l);
+    H[(n0 + 2 * t + 1) * ld + m / 2] = h;
+    L[(n0 + 2 * t + 1) * ld + m / 2] = l;
+}
+// Store a 16 x 8 accumulator tile row-major and split: word [m][n/2] holds (D[m][n], D[m][n+1]).
+static __device__ __forceinline__ void store_acc_split(unsigned* H, unsigned* L, int ld, int m0, int n0,
+                                                       const float (&d)[4], int g, int t) {
+    unsigned h, l;
+    split_bf16x2(d[0], d[1], h, l);
+    H[(m0 + g) * ld + n0 / 2 + t] = h;
+    L[(m0 + g) * ld + n0 / 2 + t] = l;
+    split_bf16x2(d[2], d[3], h, l);
+    H[(m0 + g + 8) * ld + n0 / 2 + t] = h;
+    L[(m0 + g + 8) * ld + n0 / 2 + t] = l;
 }

@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <barrier>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -57,13 +59,32 @@ struct EmuWarp {
     unsigned frag_a[32][4], frag_b[32][2];   // one warp MMA's operand fragments, per lane
     const void* rows[32];                     // ldmatrix row addresses, per lane
 };
+// A named barrier (bar.sync / bar.arrive id, n): the n-th arrival of a generation releases it.
+struct EmuNamedBar {
+    std::mutex m;
+    std::condition_variable cv;
+    int count = 0;
+    unsigned gen = 0;
+};
 struct EmuBlock {
     std::unique_ptr<std::barrier<>> bar;
     std::vector<std::unique_ptr<EmuWarp>> warps;
+    EmuNamedBar named[16];
 };
 inline EmuBlock* g_block = nullptr;
 
 inline void __syncthreads() { g_block->bar->arrive_and_wait(); }
+// Named barriers (kernels/common.cuh): every thread of the subset calls; sync waits, arrive does not.
+inline void emu_named_bar(int id, int n, bool wait) {
+    if (id <= 0 || id >= 16 || n <= 0 || n % 32 != 0) { std::fprintf(stderr, "bad named barrier %d, %d\n", id, n); std::abort(); }
+    EmuNamedBar& b = g_block->named[id];
+    std::unique_lock<std::mutex> lk(b.m);
+    const unsigned gen = b.gen;
+    if (++b.count == n) { b.count = 0; ++b.gen; b.cv.notify_all(); return; }
+    if (wait) b.cv.wait(lk, [&] { return b.gen != gen; });
+}
+inline void named_bar_sync(int id, int n) { emu_named_bar(id, n, true); }
+inline void named_bar_arrive(int id, int n) { emu_named_bar(id, n, false); }
 
 inline float __shfl_xor_sync(unsigned, float x, int offset) {
     const unsigned lane = threadIdx.x % 32;
@@ -291,6 +312,11 @@ inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const st
             });
         }
         for (auto& th : pool) th.join();
+        for (int id = 1; id < 16; ++id)
+            if (blk.named[id].count != 0) {
+                std::fprintf(stderr, "named barrier %d left with %d pending arrivals\n", id, blk.named[id].count);
+                std::abort();
+            }
         g_block = nullptr;
     }
 }

@@ -45,6 +45,14 @@ INTRA_SRC = "delta/02_chunk_intra.cu"
 SOLVE_SRC = "delta/03_chunk_solve.cu"
 STATE_SRC = "delta/04_chunk_state.cu"
 STATE_TC_SRC = "delta/05_chunk_state_tc.cu"
+FUSED_SRC = "delta/06_chunk_fused_tc.cu"
+PREP_SRC = "delta/07_chunk_prep_tc.cu"
+ONCHIP_SRC = "delta/08_chunk_state_onchip.cu"
+WS_SRC = "delta/09_chunk_state_ws.cu"
+WS_THREADS = 512                 # 09: eight consumer warps, eight producer warps
+FUSED_CHUNK = 32                 # 06 inverts two 16 x 16 blocks: chunks of 32 rows
+FUSED_MIN_CC = 80                # bf16 mma.sync and cp.async: sm_80+
+FUSED_THREADS = 256
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -410,6 +418,168 @@ def kda_chunk(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                          state=state).run()
 
 
+# ----------------------------------------------------------------------------- tensor cores, 3xBF16 (06; 07 -> 08)
+
+def fused_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_fused`` (06) in 32-bit words (mirrors ``KdaFusedLayout``)."""
+    LK, LC, LA = K // 2 + 4, C // 2 + 4, C + 2
+    NQ = FUSED_THREADS // (K // 2)
+    fp32 = 3 * C * K + C * BV + C * K + C * BV + 2 * C * LA + 16 * 17 + K + NQ * K + C + 4
+    pairs = 2 * (3 * C * LK + K * LC + BV * LK + 2 * BV * LC + 2 * C * LC)
+    return fp32 + pairs
+
+
+def prep_smem_words(K: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_prep`` (07) in words (mirrors ``KdaPrepLayout``)."""
+    LK, LC, LA = K // 2 + 4, C // 2 + 4, C + 2
+    NQ = FUSED_THREADS // (K // 2)
+    return max(6 * C * LK, 3 * C * K) + 2 * C * LA + 16 * 17 + NQ * K + C + 4 + 4 * C * LC
+
+
+def onchip_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_onchip`` (08) in words (mirrors ``KdaOnchipLayout``)."""
+    LK, LC = K // 2 + 4, C // 2 + 4
+    NQ = FUSED_THREADS // (K // 2)
+    fp32 = 3 * C * K + C * BV + 2 * 4 * C * LC + C * BV + K + NQ * K + C
+    pairs = 2 * (2 * C * LK + K * LC + BV * LK + 2 * BV * LC)
+    return fp32 + pairs
+
+
+def ws_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_ws`` (09) in words (mirrors ``KdaWsLayout``)."""
+    LK, LC = K // 2 + 4, C // 2 + 4
+    NQ = (WS_THREADS - 256) // (K // 2)
+    pbuf = 2 * C * LK + 2 * C * LK + 2 * K * LC + 4 * C * LC + C * BV + K
+    return 3 * C * K + C * BV + 2 * pbuf + 2 * BV * LK + 4 * BV * LC + NQ * K + C
+
+
+def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
+    """07's output, 08's input: per (b, h, chunk) T hi, T lo, Aqk hi, Aqk lo as C x C/2 words."""
+    return (B, H, -(-T // C), 4, C, C // 2)
+
+
+def check_tc_device(compute_capability: int) -> None:
+    """06-08 need bf16 mma.sync, ldmatrix and cp.async (sm_80+): a one-line error elsewhere."""
+    if compute_capability < FUSED_MIN_CC:
+        raise ValueError(f"kda_tc (kernels 06-08, bf16 tensor cores) needs compute capability >= "
+                         f"{FUSED_MIN_CC / 10:.1f}, this GPU has {compute_capability / 10:.1f}; "
+                         "use kda_chunk(..., state='simt')")
+
+
+@dataclass
+class TcPlan:
+    """Validated inputs, outputs, workspace and launch configurations of the 3xBF16 kernels:
+    ``impl="ws"`` runs 07 (token-parallel: pair products, inverse) then 09 (the recurrence, warp-
+    specialised); ``"split"`` 07 then 08 (the same recurrence, every warp in every phase);
+    ``"fused"`` 06 alone (everything in the recurrence, no workspace)."""
+    arrays: dict
+    dims: tuple
+    scale: np.float32
+    bv: int
+    impl: str
+    ws: dict
+    o: Any
+    final_state: Any
+    kernels: dict = field(repr=False, default_factory=dict)
+    chunk_size: int = FUSED_CHUNK
+
+    @property
+    def state_kernel(self) -> str:
+        return self.impl
+
+    def launch_configs(self) -> dict[str, dict]:
+        B, T, H, K, V = self.dims
+        NC = -(-T // FUSED_CHUNK)
+        if self.impl == "fused":
+            return {"fused": dict(grid=(V // self.bv, H, B), block=(FUSED_THREADS, 1, 1),
+                                  smem=4 * fused_smem_words(K, V, self.bv))}
+        state = (dict(grid=(V // self.bv, H, B), block=(WS_THREADS, 1, 1), smem=4 * ws_smem_words(K, V, self.bv))
+                 if self.impl == "ws" else
+                 dict(grid=(V // self.bv, H, B), block=(FUSED_THREADS, 1, 1), smem=4 * onchip_smem_words(K, V, self.bv)))
+        return {"prep": dict(grid=(NC, H, B), block=(FUSED_THREADS, 1, 1), smem=4 * prep_smem_words(K)),
+                "state": state}
+
+    def poison(self) -> None:
+        """NaN in the outputs (and the workspace: bf16 NaN pairs), so anything left unwritten shows up."""
+        for a in (self.o, self.final_state):
+            if a is not None:
+                a.fill(np.nan)
+        for w in self.ws.values():
+            w.fill(np.uint32(0x7FC07FC0))
+
+    def run(self, stages=(1, 2)):
+        B, T, H, K, V = self.dims
+        a, cfg = self.arrays, self.launch_configs()
+        h0, fs = _ptr(a["initial_state"]), _ptr(self.final_state)
+        if self.impl == "fused":
+            c = cfg["fused"]
+            self.kernels["fused"](c["grid"], c["block"],
+                                  (a["q"], a["k"], a["v"], a["g"], a["beta"], h0, self.o, fs,
+                                   np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
+            return self.o, self.final_state
+        if 1 in stages:
+            c = cfg["prep"]
+            self.kernels["prep"](c["grid"], c["block"],
+                                 (a["q"], a["k"], a["g"], a["beta"], self.ws["TA"], np.int32(T), np.int32(H),
+                                  self.scale), shared_mem=c["smem"])
+        if 2 in stages:
+            c = cfg["state"]
+            self.kernels["state"](c["grid"], c["block"],
+                                  (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], h0, self.o, fs,
+                                   np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
+        return self.o, self.final_state
+
+    def workspace_bytes(self) -> int:
+        return int(sum(x.nbytes for x in self.ws.values()))
+
+
+SUPPORTED_TC_IMPL = ("ws", "split", "fused")
+
+
+def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
+               output_final_state: bool = False, bv: int | None = None, check_gate: bool = True,
+               impl: str = "ws") -> TcPlan:
+    """Validate, allocate and compile once; ``run()`` only launches (07 -> 09, 07 -> 08, or 06)."""
+    if impl not in SUPPORTED_TC_IMPL:
+        raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
+    import cupy as cp
+
+    from ..compile import load_kernel
+
+    arrays, dims = validate_inputs(q, k, v, g, beta, initial_state, chunk_size=FUSED_CHUNK, check_gate=check_gate)
+    B, T, H, K, V = dims
+    device = cp.cuda.Device()
+    check_tc_device(int(device.compute_capability))
+    if bv is None:
+        sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
+        bv = default_bv(B, H, V, sms)
+    validate_config(K, V, FUSED_CHUNK, bv=bv)
+    C = FUSED_CHUNK
+    if impl == "fused":
+        kernels = {"fused": load_kernel(FUSED_SRC, "kda_chunk_fused", (K, V, C, bv))}
+        kernels["fused"].max_dynamic_shared_size_bytes = 4 * fused_smem_words(K, V, bv)
+        ws = {}
+    else:
+        src, fn, words = ((WS_SRC, "kda_chunk_state_ws", ws_smem_words(K, V, bv)) if impl == "ws" else
+                          (ONCHIP_SRC, "kda_chunk_state_onchip", onchip_smem_words(K, V, bv)))
+        kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", (K, C)),
+                   "state": load_kernel(src, fn, (K, V, C, bv))}
+        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K)
+        kernels["state"].max_dynamic_shared_size_bytes = 4 * words
+        ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
+    o = cp.empty((B, T, H, V), dtype=cp.float32)
+    fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
+    return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels)
+
+
+def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
+           output_final_state: bool = False, bv: int | None = None, impl: str = "ws"):
+    """Chunked KDA on tensor cores with 3xBF16 products (fp32 in and out, fp32-class accuracy):
+    07 -> 09 (``impl="ws"``, default), 07 -> 08 (``"split"``) or 06 (``"fused"``). Returns CuPy
+    ``(o, final_state or None)``."""
+    return prepare_tc(q, k, v, g, beta, scale, initial_state, output_final_state, bv, impl=impl).run()
+
+
 # ----------------------------------------------------------------------------- static build list
 
 def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32),
@@ -424,4 +594,10 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((STATE_SRC, "kda_chunk_state", (K, V, C, bv)))
             if tensor_cores and C in TC_CHUNK:
                 out.append((STATE_TC_SRC, "kda_chunk_state_tc", (K, V, C, bv)))
+    if tensor_cores:
+        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK)))
+        for bv in bvs:
+            out.append((FUSED_SRC, "kda_chunk_fused", (K, V, FUSED_CHUNK, bv)))
+            out.append((ONCHIP_SRC, "kda_chunk_state_onchip", (K, V, FUSED_CHUNK, bv)))
+            out.append((WS_SRC, "kda_chunk_state_ws", (K, V, FUSED_CHUNK, bv)))
     return out

@@ -1,0 +1,264 @@
+// 07 — chunked KDA, token-parallel half of the two-kernel form: per chunk, the pair products and
+// the triangular inverse on tensor cores; writes only T = (I + Akk)^-1 and Aqk (C x C each).
+//
+// What changed from 06, and why. 06 builds every chunk's operands inside the state pass, so each of
+// a head's V / BV value-column blocks repeats the pair products Akk, Aqk and the inverse; Nsight
+// Compute puts that repeated work (and the one-warp inverse the other warps wait for) at about half
+// of 06's time. Here one block per (chunk, head) does it once, with no dependence on the state, so
+// every chunk of every head runs at once; 08 then reads T and Aqk (8 KB per chunk and head, about
+// 0.1x the size of q) and rebuilds only the cheap element-wise operands (Qg, Kbg, Kd) itself.
+//
+// Per chunk of C = 32 rows (as in 06; G = cumsum(g) in base 2, rows past T zero):
+//   e_i = 2^G_i, r_i = 2^-G_i;  Qg = scale q e,  Kbg = beta k e,  Kr = k r
+//   Akk = strict_lower(Kbg Kr^T),  Aqk = lower(Qg Kr^T)        [3xBF16 tensor cores; exact path when
+//                                                               a channel decays by more than 2^-100]
+//   T = (I + Akk)^-1                                          [two 16 x 16 blocks, fp32 substitution]
+// Output (32-bit words, each a bf16 pair along the row, ready for 08's fragment loads):
+//   TA [B, H, NC, 4, C, C/2]: T hi, T lo, Aqk hi, Aqk lo.
+// q, k and g are read straight from global memory into registers (each thread two adjacent
+// channels of C / NQ rows), so shared memory holds only the products' operands: ~73 KB, three
+// blocks per SM.
+#include "delta_common.cuh"
+
+#include "mma.cuh"
+
+template <int K, int C>
+struct KdaPrepLayout {
+    static constexpr int NW = 8;
+    static constexpr int NTH = 32 * NW;
+    static constexpr int LK = K / 2 + 4;        // words per row of [.][K] bf16-pair arrays
+    static constexpr int LC = C / 2 + 4;        // words per row of [.][C] bf16-pair arrays
+    static constexpr int LA = C + 2;            // floats per row of Akk / T (fp32)
+    static constexpr int NQ = NTH / (K / 2);
+    // Qg, Kbg, Kr as hi/lo pairs; on the exact path the same space holds G2, q, k in fp32
+    static constexpr int OFF_OPS = 0;
+    static constexpr int OPS_WORDS = (6 * C * LK > 3 * C * K) ? 6 * C * LK : 3 * C * K;
+    static constexpr int OFF_AKK = OFF_OPS + OPS_WORDS;   // Akk [C][LA]
+    static constexpr int OFF_TF = OFF_AKK + C * LA;       // T [C][LA]
+    static constexpr int OFF_Y = OFF_TF + C * LA;         // A10 T00 [16][17]
+    static constexpr int OFF_TOT = OFF_Y + 16 * 17;       // per-group gate sums [NQ][K]
+    static constexpr int OFF_BETA = OFF_TOT + NQ * K;     // beta [C]
+    static constexpr int OFF_FLAG = OFF_BETA + C;         // strong-decay flag (int)
+    static constexpr int OFF_TA = OFF_FLAG + 4;           // T hi, T lo, Aqk hi, Aqk lo [C][LC] each
+    static constexpr int WORDS = OFF_TA + 4 * C * LC;
+};
+
+template <int K, int C>
+__global__ void __launch_bounds__(256, 3)
+kda_chunk_prep(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ g,
+               const float* __restrict__ beta,
+               unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]
+               int T, int H, float scale) {
+    using L = KdaPrepLayout<K, C>;
+    static_assert(C == 32, "the inverse works on two 16 x 16 blocks: chunks of 32");
+    static_assert(K == 64 || K == 128, "K in {64, 128}");
+    constexpr int NTH = L::NTH, NQ = L::NQ, RPG = C / NQ;
+    constexpr int LK = L::LK, LC = L::LC, LA = L::LA;
+    constexpr int MT = C / 16;
+    constexpr float FAST_MIN_G = -100.0f;        // chunk decay bound of the factored path (base 2)
+    static_assert(RPG % 2 == 0 && MT * (MT + 1) <= L::NW, "one P2 job per warp");
+
+    KDA_DYNAMIC_SHARED(smem_f);
+    if (kda_dynamic_smem_size() < (unsigned)(L::WORDS * 4)) __trap();
+    unsigned* const words = reinterpret_cast<unsigned*>(smem_f);
+    unsigned* QgH = words + L::OFF_OPS;  unsigned* QgL = QgH + C * LK;
+    unsigned* KbH = QgL + C * LK;        unsigned* KbL = KbH + C * LK;
+    unsigned* KrH = KbL + C * LK;        unsigned* KrL = KrH + C * LK;
+    float* sG2 = smem_f + L::OFF_OPS;     // exact path only: [C][K] each
+    float* sQx = sG2 + C * K;
+    float* sKx = sQx + C * K;
+    float* sAkk = smem_f + L::OFF_AKK;
+    float* sTf = smem_f + L::OFF_TF;
+    float* sY = smem_f + L::OFF_Y;
+    float* sTot = smem_f + L::OFF_TOT;
+    float* sBeta = smem_f + L::OFF_BETA;
+    int* sFlag = reinterpret_cast<int*>(smem_f + L::OFF_FLAG);
+    unsigned* TH = words + L::OFF_TA;     unsigned* TL = TH + C * LC;
+    unsigned* AqH = TL + C * LC;          unsigned* AqL = AqH + C * LC;
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    const int g8 = lane / 4, t4 = lane % 4;
+    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const long long TT = T;
+    const int NC = (T + C - 1) / C;
+    const long long t0 = (long long)n * C;
+
+    // zero T and Aqk (their upper blocks are never written), the flag; beta
+    for (int idx = tid; idx < 4 * C * LC; idx += NTH) TH[idx] = 0u;
+    if (tid == 0) *sFlag = 0;
+    if (tid < C) sBeta[tid] = (t0 + tid < TT) ? beta[(b * TT + t0 + tid) * H + h] : 0.0f;
+
+    // ---- gates: thread (pp, grp) owns channels c0, c0+1 of rows r0 .. r0 + RPG - 1
+    const int pp = tid % (K / 2), grp = tid / (K / 2);
+    const int c0 = 2 * pp, r0 = grp * RPG;
+    float G[RPG][2];
+    float2 qv[RPG], kv[RPG];
+    {
+        float run0 = 0.f, run1 = 0.f;
+#pragma unroll
+        for (int ii = 0; ii < RPG; ++ii) {
+            const long long tt = t0 + r0 + ii;
+            float2 gg = make_float2(0.f, 0.f);
+            qv[ii] = gg; kv[ii] = gg;
+            if (tt < TT) {
+                const long long o = kda_bthd(b, tt, h, c0, TT, H, K);
+                gg = *reinterpret_cast<const float2*>(g + o);
+                qv[ii] = *reinterpret_cast<const float2*>(q + o);
+                kv[ii] = *reinterpret_cast<const float2*>(k + o);
+            }
+            run0 += gg.x * KDA_LOG2E;
+            run1 += gg.y * KDA_LOG2E;
+            G[ii][0] = run0; G[ii][1] = run1;
+        }
+        sTot[grp * K + c0] = run0;
+        sTot[grp * K + c0 + 1] = run1;
+    }
+    __syncthreads();   // group sums, beta, zeroed T / Aqk visible
+    float off0 = 0.f, off1 = 0.f, gl0 = 0.f, gl1 = 0.f;
+#pragma unroll
+    for (int q2 = 0; q2 < NQ; ++q2) {
+        if (q2 == grp) { off0 = gl0; off1 = gl1; }
+        gl0 += sTot[q2 * K + c0];
+        gl1 += sTot[q2 * K + c0 + 1];
+    }
+    if (!(gl0 >= FAST_MIN_G && gl1 >= FAST_MIN_G)) *sFlag = 1;
+    __syncthreads();   // the chunk's path is decided
+    const bool slow = *sFlag != 0;
+
+    // ---- operands
+#pragma unroll
+    for (int ii = 0; ii < RPG; ++ii) {
+        const int i = r0 + ii;
+        const float G0 = G[ii][0] + off0, G1 = G[ii][1] + off1;
+        if (!slow) {
+            const float e0 = fast_exp2(G0), e1 = fast_exp2(G1), rr0 = fast_exp2(-G0), rr1 = fast_exp2(-G1);
+            const float bi = sBeta[i];
+            unsigned hw, lw;
+            split_bf16x2(scale * qv[ii].x * e0, scale * qv[ii].y * e1, hw, lw);
+            QgH[i * LK + pp] = hw; QgL[i * LK + pp] = lw;
+            split_bf16x2(bi * kv[ii].x * e0, bi * kv[ii].y * e1, hw, lw);
+            KbH[i * LK + pp] = hw; KbL[i * LK + pp] = lw;
+            split_bf16x2(kv[ii].x * rr0, kv[ii].y * rr1, hw, lw);
+            KrH[i * LK + pp] = hw; KrL[i * LK + pp] = lw;
+        } else {
+            *reinterpret_cast<float2*>(sG2 + i * K + c0) = make_float2(G0, G1);
+            *reinterpret_cast<float2*>(sQx + i * K + c0) = qv[ii];
+            *reinterpret_cast<float2*>(sKx + i * K + c0) = kv[ii];
+        }
+    }
+    __syncthreads();
+
+    // ---- Akk and Aqk
+    if (!slow) {
+        if (warp < MT * (MT + 1)) {
+            // 16 x 16 block (mt, nb) of Akk (prod = 0: Kbg Kr^T) or Aqk (prod = 1: Qg Kr^T)
+            const int prod = warp % 2;
+            int mt = 0, nb = warp / 2;
+            while (mt < MT && nb > mt) { nb -= mt + 1; ++mt; }
+            const unsigned* AH = (prod ? QgH : KbH) + mt * 16 * LK;
+            const unsigned* AL = (prod ? QgL : KbL) + mt * 16 * LK;
+            float acc[2][2][4] = {};   // [n-tile][k parity]
+#pragma unroll
+            for (int kk = 0; kk < K / 16; ++kk) {
+                unsigned ah[4], al[4], bh[4], bl[4];
+                ldm_a16(AH + kk * 8, LK, lane, ah);
+                ldm_a16(AL + kk * 8, LK, lane, al);
+                ldm_b16x2(KrH + nb * 16 * LK + kk * 8, LK, lane, bh);
+                ldm_b16x2(KrL + nb * 16 * LK + kk * 8, LK, lane, bl);
+                mma_3xbf16_half(acc[0][kk & 1], ah, al, bh, bl, 0);
+                mma_3xbf16_half(acc[1][kk & 1], ah, al, bh, bl, 1);
+            }
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+                float d[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = mt * 16 + g8 + 8 * (e / 2), j = nb * 16 + jj * 8 + 2 * t4 + e % 2;
+                    const float x = acc[jj][0][e] + acc[jj][1][e];
+                    if (prod == 0) sAkk[i * LA + j] = (j < i) ? x : 0.0f;
+                    d[e] = (j <= i) ? x : 0.0f;
+                }
+                if (prod == 1) store_acc_split(AqH, AqL, LC, mt * 16, nb * 16 + jj * 8, d, g8, t4);
+            }
+        }
+    } else {
+        // Exact path: every (i, j <= i) pair with one exp2 per channel; no factor can overflow.
+        for (int idx = tid; idx < C * C; idx += NTH) {
+            const int i = idx / C, j = idx % C;
+            float sk2 = 0.f, sq2 = 0.f;
+            if (j <= i) {
+                for (int c = 0; c < K; ++c) {
+                    const float dec = fast_exp2(sG2[i * K + c] - sG2[j * K + c]) * sKx[j * K + c];
+                    sk2 += sKx[i * K + c] * dec;
+                    sq2 += sQx[i * K + c] * dec;
+                }
+            }
+            sAkk[i * LA + j] = (j < i) ? sBeta[i] * sk2 : 0.0f;
+            const float aq = (j <= i) ? scale * sq2 : 0.0f;
+            unsigned hw, lw;
+            split_bf16x2(aq, 0.0f, hw, lw);
+            reinterpret_cast<unsigned short*>(AqH + i * LC)[j] = (unsigned short)(hw & 0xffffu);
+            reinterpret_cast<unsigned short*>(AqL + i * LC)[j] = (unsigned short)(lw & 0xffffu);
+        }
+    }
+    __syncthreads();
+
+    // ---- T = (I + Akk)^-1: warp 0 inverts both diagonal blocks (lane = column j of block bb;
+    // right-looking substitution, a 16-FMA dependent chain), then all threads form T10 = -T11 A10 T00.
+    if (warp == 0) {
+        const int bb = lane / 16, j = lane % 16, base = 16 * bb;
+        float col[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) col[i] = (i == j) ? 1.0f : 0.0f;
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+#pragma unroll
+            for (int i = m + 1; i < 16; ++i) col[i] -= sAkk[(base + i) * LA + base + m] * col[m];
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            sTf[(base + i) * LA + base + j] = col[i];
+            const float nb = __shfl_xor_sync(ATTNLAB_FULL_MASK, col[i], 1);
+            if ((j & 1) == 0) {
+                unsigned hw, lw;
+                split_bf16x2(col[i], nb, hw, lw);
+                TH[(base + i) * LC + (base + j) / 2] = hw;
+                TL[(base + i) * LC + (base + j) / 2] = lw;
+            }
+        }
+    }
+    __syncthreads();
+    {   // Y = A10 T00
+        const int i = tid / 16, j = tid % 16;
+        float s = 0.f;
+#pragma unroll
+        for (int m = 0; m < 16; ++m) s += sAkk[(16 + i) * LA + m] * sTf[m * LA + j];
+        sY[i * 17 + j] = s;
+    }
+    __syncthreads();
+    if (tid < 128) {   // T10 = -T11 Y, two adjacent columns per thread, split and stored
+        const int i = tid / 8, j = 2 * (tid % 8);
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            const float tm = (m <= i) ? sTf[(16 + i) * LA + 16 + m] : 0.0f;
+            s0 -= tm * sY[m * 17 + j];
+            s1 -= tm * sY[m * 17 + j + 1];
+        }
+        unsigned hw, lw;
+        split_bf16x2(s0, s1, hw, lw);
+        TH[(16 + i) * LC + j / 2] = hw;
+        TL[(16 + i) * LC + j / 2] = lw;
+    }
+    __syncthreads();
+
+    // ---- out: the four C x C/2 word arrays, 16 bytes per thread and step
+    unsigned* out = TA + (((long long)b * H + h) * NC + n) * (4LL * C * (C / 2));
+    constexpr int QW = C / 8;   // 16-byte quads per row
+    for (int idx = tid; idx < 4 * C * QW; idx += NTH) {
+        const int arr = idx / (C * QW), r = (idx / QW) % C, qd = idx % QW;
+        const unsigned* src = TH + arr * C * LC + r * LC + 4 * qd;
+        *reinterpret_cast<U4*>(out + (arr * C + r) * (C / 2) + 4 * qd) = *reinterpret_cast<const U4*>(src);
+    }
+}

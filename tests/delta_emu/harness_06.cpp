@@ -1,0 +1,72 @@
+// Runs kernels/delta/06_chunk_fused_tc.cu, 07 -> 08 and 07 -> 09 on the CPU model of tests/ladder_emu/ladder_emu.h (which
+// defers every cp.async copy to the wait that retires it, and models the tensor core's bf16 MMA
+// with its fp32 accumulation), for one compile-time configuration.
+// Build: g++ -std=c++20 -O1 -pthread -include tests/ladder_emu/ladder_emu.h -I kernels
+//        -DEMU_K=.. -DEMU_V=.. -DEMU_BV=.. tests/delta_emu/harness_06.cpp
+// Run:   harness_06 DIR B T H SCALE HAS_H0
+// DIR holds q k v g beta [h0] as raw float32 (C order); the program writes fz_o, fz_ht (06, one
+// kernel), ts_o, ts_ht (07 then 08) and ws_o, ws_ht (07 then 09) there.
+#define KDA_HOST_EMULATION 1
+inline size_t g_kda_smem_bytes = 0;
+inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
+#define KDA_DYNAMIC_SHARED(name) float* name = smem
+#define __trap() (std::fprintf(stderr, "__trap() at %s:%d\n", __FILE__, __LINE__), std::abort())
+
+#include "delta/06_chunk_fused_tc.cu"
+#include "delta/07_chunk_prep_tc.cu"
+#include "delta/08_chunk_state_onchip.cu"
+#include "delta/09_chunk_state_ws.cu"
+
+int main(int argc, char** argv) {
+    if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
+    const std::string dir = argv[1];
+    const int B = std::atoi(argv[2]), T = std::atoi(argv[3]), H = std::atoi(argv[4]);
+    const float scale = (float)std::atof(argv[5]);
+    const bool has_h0 = std::atoi(argv[6]) != 0;
+    constexpr int K = EMU_K, V = EMU_V, C = 32, BV = EMU_BV;
+    const size_t nqk = (size_t)B * T * H * K, nv = (size_t)B * T * H * V, nb = (size_t)B * T * H;
+    const size_t ns = (size_t)B * H * K * V;
+    auto q = read_f32(dir + "/q", nqk), k = read_f32(dir + "/k", nqk), g = read_f32(dir + "/g", nqk);
+    auto v = read_f32(dir + "/v", nv), beta = read_f32(dir + "/beta", nb);
+    std::vector<float> h0 = has_h0 ? read_f32(dir + "/h0", ns) : std::vector<float>();
+    const float nan = std::nanf("");
+    std::vector<float> o(nv, nan), ht(ns, nan);
+    using L = KdaFusedLayout<K, V, C, BV>;
+    g_kda_smem_bytes = L::WORDS * 4;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, L::NTH, g_kda_smem_bytes, [&] {
+        kda_chunk_fused<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(),
+                                     has_h0 ? h0.data() : nullptr, o.data(), ht.data(), T, H, scale);
+    });
+    write_f32(dir + "/fz_o", o);
+    write_f32(dir + "/fz_ht", ht);
+
+    // 07 -> 08
+    const int NC = (T + C - 1) / C;
+    std::vector<unsigned> ta((size_t)B * H * NC * 4 * C * (C / 2), 0x7fc07fc0u);   // bf16 NaN pairs
+    using LP = KdaPrepLayout<K, C>;
+    g_kda_smem_bytes = LP::WORDS * 4;
+    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, g_kda_smem_bytes, [&] {
+        kda_chunk_prep<K, C>(q.data(), k.data(), g.data(), beta.data(), ta.data(), T, H, scale);
+    });
+    std::vector<float> o2(nv, nan), ht2(ns, nan);
+    using LS = KdaOnchipLayout<K, V, C, BV>;
+    g_kda_smem_bytes = LS::WORDS * 4;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LS::NTH, g_kda_smem_bytes, [&] {
+        kda_chunk_state_onchip<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
+                                            has_h0 ? h0.data() : nullptr, o2.data(), ht2.data(), T, H, scale);
+    });
+    write_f32(dir + "/ts_o", o2);
+    write_f32(dir + "/ts_ht", ht2);
+
+    // 07 -> 09 (same workspace)
+    std::vector<float> o3(nv, nan), ht3(ns, nan);
+    using LW = KdaWsLayout<K, V, C, BV>;
+    g_kda_smem_bytes = LW::WORDS * 4;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LW::NTH, g_kda_smem_bytes, [&] {
+        kda_chunk_state_ws<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
+                                        has_h0 ? h0.data() : nullptr, o3.data(), ht3.data(), T, H, scale);
+    });
+    write_f32(dir + "/ws_o", o3);
+    write_f32(dir + "/ws_ht", ht3);
+    return 0;
+}
