@@ -151,6 +151,38 @@ FLASH_NOTEBOOKS = {
 }
 FLASH_B, FLASH_H, FLASH_N, FLASH_D = 2, 8, 4096, (64, 128)
 
+#: The delta notebooks and what each profiles: (label, step, how to launch) at B=2, H=16, K=V=128,
+#: T=4096 (quick: the same; the calls are few). "impl" is attnlab.delta.kernels.prepare_tc's (or
+#: "chunk" for the three-kernel form), "stages" the launches of that plan to profile together.
+DELTA_NOTEBOOKS = {
+    "13_fast_delta": (
+        ("05 state pass (3xTF32)", "05", dict(impl="chunk", stages=(3,))),
+        ("06 fused", "06", dict(impl="fused", stages=(1,))),
+        ("07 prep", "07", dict(impl="ws", stages=(1,))),
+        ("08 recurrence", "08", dict(impl="split", stages=(2,))),
+        ("09 recurrence (warp-specialised)", "09", dict(impl="ws", stages=(2,))),
+    ),
+}
+DELTA_B, DELTA_H, DELTA_T, DELTA_K = 2, 16, 4096, 128
+
+
+def build_delta_plan(notebook: str, profile: str = "full") -> list[dict]:
+    """What the worker launches for a delta notebook, once each, labelled like a flash plan
+    (N is the sequence length T, D the head size K = V)."""
+    if profile not in ("full", "quick"):
+        raise ValueError(f"profile must be 'full' or 'quick', got {profile!r}")
+    plan = []
+    for label, step, how in DELTA_NOTEBOOKS[notebook]:
+        plan.append(dict(kernel=label, step=step, dtype="fp32", causal=False, B=DELTA_B, H=DELTA_H, N=DELTA_T,
+                         D=DELTA_K, params="C=32,BV=32", purpose="kernel", param_values=None,
+                         delta=dict(how, stages=list(how["stages"]))))
+    return plan
+
+
+def plan_for(notebook: str, profile: str, gpu: str | None = None) -> list[dict]:
+    return build_delta_plan(notebook, profile) if notebook in DELTA_NOTEBOOKS else \
+        build_flash_plan(notebook, profile, gpu=gpu)
+
 
 def flash_kernels(notebook: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(kernels in step order, SDPA references, kernels also profiled causal) of a flash notebook."""
@@ -205,6 +237,22 @@ def build_flash_plan(notebook: str, profile: str = "full", *, B: int = FLASH_B, 
     return plan
 
 
+def _delta_call(e: dict, seed: int):
+    """A delta plan entry's launch: the plan's stages of prepare_tc / prepare_chunk on seeded inputs."""
+    from attnlab.delta import bench as db
+    from attnlab.delta import kernels as dk
+
+    how = e["delta"]
+    _, d = db.device_inputs(e["B"], e["N"], e["H"], e["D"], e["D"], seed=seed + e["N"])
+    if how["impl"] == "chunk":
+        plan = dk.prepare_chunk(**d, check_gate=False)
+    else:
+        plan = dk.prepare_tc(**d, check_gate=False, impl=how["impl"])
+    plan.run()                                               # every stage once: 09 reads 07's output
+    stages = tuple(how["stages"])
+    return lambda: plan.run(stages=stages)
+
+
 def flash_worker(plan_path: Path, manifest_path: Path, seed: int) -> int:
     """The worker for a flash plan: torch inputs of the entry's dtype (attnlab.flash.random_inputs,
     seeded per (N, D) as the latency tables are), the registry launcher or torch SDPA with the
@@ -226,6 +274,15 @@ def flash_worker(plan_path: Path, manifest_path: Path, seed: int) -> int:
         e = dict(entry)
         B, H, N, D = e["B"], e["H"], e["N"], e["D"]
         try:
+            if e.get("delta"):
+                call = _delta_call(e, seed)
+                call()                                       # compile + warm-up, outside the window
+                cp.cuda.Device().synchronize()
+                window(call)
+                window(lambda: marker((1,), (1,), (marker_buf,)))
+                e["status"] = "launched"
+                manifest.append(e)
+                continue
             q, k, v = flash.random_inputs(B, H, N, D, e["dtype"], seed=seed + 17 * N + D)
             if e["purpose"] == "reference":
                 if not flash.sdpa_available(e["kernel"], q, k, v, e["causal"]):   # also the warm-up
@@ -387,12 +444,12 @@ def flash_driver(args) -> int:
     notebook = args.notebook
     exe = ncu.ncu_path()
     if args.dry_run:
-        plan = build_flash_plan(notebook, args.profile)
+        plan = plan_for(notebook, args.profile)
         metrics = ncu.flash_metrics("90")
         from attnlab.results import table_path
         where = table_path(notebook, ncu.FLASH_TABLE, "<gpu>", args.profile)
         where = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
-        say(f"plan for {notebook} ({args.profile}): {len(plan)} calls, B={FLASH_B} H={FLASH_H}")
+        say(f"plan for {notebook} ({args.profile}): {len(plan)} calls, B={plan[0]['B']} H={plan[0]['H']}")
         if any("tile_rows" in (e["param_values"] or {}) for e in plan):
             say("  (ladder tiles shown are the seed's; a run takes the GPU's tuned tiles, as the notebooks do)")
         for e in plan:
@@ -409,7 +466,7 @@ def flash_driver(args) -> int:
     mode = live_mode_for(exe)
     if mode is None:
         return 0
-    plan = build_flash_plan(notebook, args.profile, gpu=mode.gpu)
+    plan = plan_for(notebook, args.profile, gpu=mode.gpu)
     metrics = list(ncu.flash_metrics(_compute_capability()))
     deadline = time.time() + args.timeout          # --timeout bounds the whole run, retries included
     for attempt in range(3):
@@ -460,7 +517,7 @@ def flash_driver(args) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--notebook", choices=(NOTEBOOK, *FLASH_NOTEBOOKS), default=NOTEBOOK,
+    p.add_argument("--notebook", choices=(NOTEBOOK, *FLASH_NOTEBOOKS, *DELTA_NOTEBOOKS), default=NOTEBOOK,
                    help=f"whose counters to record (default {NOTEBOOK}: the ladder kernels' roofline counters)")
     p.add_argument("--profile", default="full", choices=("full", "quick"))
     p.add_argument("--timeout", type=int, default=420, help="seconds allowed for the whole ncu run")

@@ -168,7 +168,7 @@ def test_cost_model():
 
 # ----------------------------------------------------------------------------- static build (CPU)
 
-STATIC = [(K, inst) for K in (128, 64) for inst in dk.static_instantiations(K, K)]
+STATIC = [(K, inst) for K in (128, 64) for inst in dk.static_instantiations(K, K, forms=("recurrent", "chunked", "tc"))]
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
@@ -176,17 +176,21 @@ STATIC = [(K, inst) for K in (128, 64) for inst in dk.static_instantiations(K, K
 @pytest.mark.parametrize("K, inst", STATIC, ids=[f"K{K}-{i[1]}<{','.join(map(str, i[2]))}>" for K, i in STATIC])
 def test_delta_kernels_build_without_spills(K, inst, arch):
     source, function, args = inst
-    if function == "kda_chunk_state_tc" and arch == "sm_75":
-        pytest.skip("TF32 tensor cores need sm_80+ (the launcher uses 04_chunk_state there)")
+    spec = next(k for k in dk.DELTA_KERNELS if k.function == function)
+    if int(arch.split("_")[1]) < spec.min_cc:
+        pytest.skip(f"{function} needs sm_{spec.min_cc}+ (the registry's min_cc)")
     (r,) = static_build(source, function, [args], arch)
     assert r.registers > 0
     assert not r.spills, f"{r.name} spills on {arch}: {r.spill_store_bytes} B stored"
     assert r.stack_bytes == 0, f"{r.name} uses a {r.stack_bytes} B stack frame on {arch}"
-    # Registers must allow at least one block of the launch size.
+    # Registers must allow at least one block of the launch size (07: the three blocks per SM it
+    # is built for).
     threads = {"kda_recurrent": dk.RECURRENT_WARPS * 32, "kda_chunk_intra": 4 * args[1] if len(args) == 2 else 0,
                "kda_chunk_solve": (args[0] + args[1]) // (args[3] if len(args) == 4 else 1),
                "kda_chunk_state": (args[0] // 4) * (args[-1] // 4),
-               "kda_chunk_state_tc": 2 * args[0]}[function]
+               "kda_chunk_state_tc": 2 * args[0], "kda_chunk_fused": dk.FUSED_THREADS,
+               "kda_chunk_prep": 3 * dk.FUSED_THREADS, "kda_chunk_state_onchip": dk.FUSED_THREADS,
+               "kda_chunk_state_ws": dk.WS_THREADS}[function]
     assert r.registers * threads <= 65536
     if function == "kda_chunk_state":
         assert "ld.shared.v4.f32" in r.ptx, "the state pass should read shared memory as float4"
@@ -194,6 +198,39 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.ptx
         assert "cp.async.cg.shared.global" in r.ptx
         assert "cvt.rna.tf32" not in r.ptx, "the TF32 split should round with integer ops, not conversions"
+    if spec.form == "tc":
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx
+        assert "cvt.rn.bf16x2.f32" in r.ptx
+    if function == "kda_chunk_state_ws":
+        assert "bar.arrive" in r.ptx and "bar.sync" in r.ptx, "09 hands buffers over with named barriers"
+
+
+def test_registry_lists_every_delta_kernel_file_once():
+    files = sorted(p.name for p in (ROOT / "kernels" / "delta").glob("[0-9][0-9]_*.cu"))
+    assert sorted(Path(k.source).name for k in dk.DELTA_KERNELS) == files
+    assert [k.step for k in dk.DELTA_KERNELS] == sorted(k.step for k in dk.DELTA_KERNELS)
+    for k in dk.DELTA_KERNELS:
+        text = (ROOT / "kernels" / k.source).read_text()
+        assert text.startswith(f"// {k.step} "), f"{k.source} should open with its step number"
+        assert f" {k.function}(" in text or f"\n{k.function}(" in text, f"{k.function} not defined in {k.source}"
+    assert dk.delta_kernel("09").function == "kda_chunk_state_ws"
+    with pytest.raises(ValueError, match="no delta kernel step"):
+        dk.delta_kernel("99")
+
+
+def test_tensor_core_launcher_mirrors_the_kernel_layouts_and_errors():
+    # shared-memory mirrors at the sizes the kernels' static_asserts and the CPU model agree on
+    assert 4 * dk.ws_smem_words(128, 128, 32) <= 227 * 1024
+    assert 4 * dk.fused_smem_words(128, 128, 32) <= 227 * 1024
+    assert 3 * 4 * dk.prep_smem_words(128) <= 228 * 1024, "07 is sized for three blocks per SM"
+    assert dk.ta_workspace_shape(2, 33, 3) == (2, 3, 2, 4, 32, 16)
+    with pytest.raises(ValueError, match=r"compute capability >= 8\.0.*7\.5.*state='simt'"):
+        dk.check_tc_device(75)
+    dk.check_tc_device(90)
+    x = _inputs()
+    with pytest.raises(ValueError, match="impl must be one of"):
+        dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="bogus")
 
 
 def test_static_list_has_a_tensor_core_state_pass_for_each_small_chunk():

@@ -22,6 +22,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 EMU = Path(__file__).resolve().parent
+LADDER_EMU = ROOT / "tests" / "ladder_emu" / "ladder_emu.h"
 
 
 # ----------------------------------------------------------------------------- fake cupy
@@ -84,7 +85,7 @@ _POOL = _Pool()
 def make_fake_cupy() -> types.ModuleType:
     cp = types.ModuleType("cupy")
     cp.ndarray = ndarray
-    cp.float32, cp.float64, cp.uint8 = np.float32, np.float64, np.uint8
+    cp.float32, cp.float64, cp.uint8, cp.uint32 = np.float32, np.float64, np.uint8, np.uint32
     cp.empty = lambda shape, dtype=np.float32: _POOL.alloc(shape, dtype)
     cp.zeros = lambda shape, dtype=np.float32: _wrap(np.zeros(shape, dtype))
     cp.asarray = lambda a, dtype=None: _wrap(np.asarray(a, dtype=dtype))
@@ -117,7 +118,8 @@ def make_fake_cupy() -> types.ModuleType:
 # ----------------------------------------------------------------------------- fake RawKernel
 
 def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
-    """[(kind, name)] of a __global__ function's parameters; kind is 'ptr', 'int' or 'float'."""
+    """[(kind, name)] of a __global__ function's parameters; kind is 'ptr' (float*), 'uptr'
+    (unsigned*), 'int' or 'float'."""
     text = (ROOT / "kernels" / source).read_text()
     text = re.sub(r"//[^\n]*", "", text)
     m = re.search(r"__global__[^;{]*?\b" + re.escape(function) + r"\s*\(", text)
@@ -131,8 +133,8 @@ def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
     for p in text[m.end():i - 1].split(","):
         p = " ".join(p.split())
         name = re.findall(r"(\w+)\s*$", p)[0]
-        kind = "ptr" if "*" in p else ("int" if re.match(r"(const )?int\b", p) else
-                                        "float" if re.match(r"(const )?float\b", p) else "?")
+        kind = (("uptr" if re.match(r"(const )?unsigned\b", p) else "ptr") if "*" in p else
+                ("int" if re.match(r"(const )?int\b", p) else "float" if re.match(r"(const )?float\b", p) else "?"))
         if kind == "?":
             raise ValueError(f"unsupported parameter {p!r} of {function}")
         params.append((kind, name))
@@ -147,8 +149,8 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     targs = ", ".join(str(int(a)) for a in template_args)
     call_args, np_, ni, nf = [], 0, 0, 0
     for kind, _ in params:
-        if kind == "ptr":
-            call_args.append(f"(float*)ptrs[{np_}]")
+        if kind in ("ptr", "uptr"):
+            call_args.append(f"({'unsigned' if kind == 'uptr' else 'float'}*)ptrs[{np_}]")
             np_ += 1
         elif kind == "int":
             call_args.append(f"ints[{ni}]")
@@ -156,16 +158,28 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
         else:
             call_args.append(f"floats[{nf}]")
             nf += 1
-    code = (f'#include "{source}"\n'
+    # Kernels on the shared tensor-core helpers (kernels/mma.cuh: 06 onwards) run on the ladder
+    # model (tests/ladder_emu/ladder_emu.h: deferred cp.async, ldmatrix, bf16 MMAs, named barriers).
+    ladder = '#include "mma.cuh"' in (ROOT / "kernels" / source).read_text()
+    model = LADDER_EMU if ladder else EMU / "cuda_emu.h"
+    prelude = ('#define KDA_HOST_EMULATION 1\n'
+               'inline unsigned long long g_kda_smem_bytes = 0;\n'
+               'inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }\n'
+               '#define KDA_DYNAMIC_SHARED(name) float* name = smem\n'
+               '#define __trap() (std::fprintf(stderr, "__trap()\\n"), std::abort())\n') if ladder else ""
+    launch = ('    g_kda_smem_bytes = smem;\n'
+              '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n') if ladder else \
+             '    emu_launch(dim3(gx, gy, gz), dim3(bx, by, bz), smem, [&] {\n'
+    code = (prelude + f'#include "{source}"\n'
             'extern "C" void emu_run(const unsigned long long* ptrs, const int* ints, const float* floats,\n'
             '                        unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,\n'
-            '                        unsigned bz, unsigned long long smem) {\n'
-            '    emu_launch(dim3(gx, gy, gz), dim3(bx, by, bz), smem, [&] {\n'
+            '                        unsigned bz, unsigned long long smem) {\n' + launch +
             f'        {function}<{targs}>({", ".join(call_args)});\n'
             '    });\n}\n')
     key = hashlib.sha256((code + (ROOT / "kernels" / source).read_text()
+                          + "".join(p.read_text() for p in sorted((ROOT / "kernels").glob("*.cuh")))
                           + (ROOT / "kernels" / "delta" / "delta_common.cuh").read_text()
-                          + (EMU / "cuda_emu.h").read_text()).encode()).hexdigest()[:16]
+                          + model.read_text()).encode()).hexdigest()[:16]
     if key in _LIBS:
         return _LIBS[key]
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +187,7 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     lib = build_dir / f"emu_{function}_{key}.so"
     if not lib.exists():
         src.write_text(code)
-        cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-include", str(EMU / "cuda_emu.h"),
+        cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-include", str(model),
                "-I", str(ROOT / "kernels"), str(src), "-o", str(lib)]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
@@ -200,10 +214,11 @@ class EmuKernel:
                                f"max_dynamic_shared_size_bytes is {self.max_dynamic_shared_size_bytes}")
         ptrs, ints, floats = [], [], []
         for (kind, name), a in zip(self.params, args):
-            if kind == "ptr":
+            if kind in ("ptr", "uptr"):
                 if isinstance(a, np.ndarray):
-                    if a.dtype != np.float32 or not a.flags.c_contiguous:
-                        raise TypeError(f"{self.function}({name}): needs a contiguous float32 array")
+                    want = np.uint32 if kind == "uptr" else np.float32
+                    if a.dtype != want or not a.flags.c_contiguous:
+                        raise TypeError(f"{self.function}({name}): needs a contiguous {np.dtype(want).name} array")
                     ptrs.append(a.ctypes.data)
                 elif isinstance(a, np.uint64) and int(a) == 0:
                     ptrs.append(0)

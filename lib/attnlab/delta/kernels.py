@@ -7,7 +7,12 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
 * :func:`kda_recurrent` — ``01_recurrent.cu``: one launch, sequential over T;
 * :func:`kda_chunk` — ``02_chunk_intra.cu`` → ``03_chunk_solve.cu`` → a state pass: ``05_chunk_state_tc.cu``
   (tensor cores, 3xTF32; chunks of 16/32/64 on sm_80+) or ``04_chunk_state.cu`` (fp32 FMAs, any
-  chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``.
+  chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``;
+* :func:`kda_tc` — tensor cores with 3xBF16 products, chunks of 32, sm_80+ (notebook 13):
+  ``07_chunk_prep_tc.cu`` → ``09_chunk_state_ws.cu`` (``impl="ws"``, the default), → ``08`` (``"split"``),
+  or ``06_chunk_fused_tc.cu`` alone (``"fused"``).
+
+Every kernel is a step of :data:`DELTA_KERNELS`, the family's registry.
 
 For timing, :func:`prepare_recurrent` / :func:`prepare_chunk` validate once, allocate outputs and
 workspaces, and return a plan whose ``run()`` only launches kernels.
@@ -40,19 +45,59 @@ TC_CHUNK = (16, 32, 64)          # chunk sizes of the tensor-core state pass (sh
 TC_MIN_CC = 80                   # TF32 mma.sync and cp.async: sm_80+
 RECURRENT_WARPS = 4
 
-RECURRENT_SRC = "delta/01_recurrent.cu"
-INTRA_SRC = "delta/02_chunk_intra.cu"
-SOLVE_SRC = "delta/03_chunk_solve.cu"
-STATE_SRC = "delta/04_chunk_state.cu"
-STATE_TC_SRC = "delta/05_chunk_state_tc.cu"
-FUSED_SRC = "delta/06_chunk_fused_tc.cu"
-PREP_SRC = "delta/07_chunk_prep_tc.cu"
-ONCHIP_SRC = "delta/08_chunk_state_onchip.cu"
-WS_SRC = "delta/09_chunk_state_ws.cu"
-WS_THREADS = 512                 # 09: eight consumer warps, eight producer warps
 FUSED_CHUNK = 32                 # 06 inverts two 16 x 16 blocks: chunks of 32 rows
 FUSED_MIN_CC = 80                # bf16 mma.sync and cp.async: sm_80+
 FUSED_THREADS = 256
+WS_THREADS = 512                 # 09: eight consumer warps, eight producer warps
+
+
+# ----------------------------------------------------------------------------- registry
+
+@dataclass(frozen=True)
+class DeltaKernel:
+    """One step of the delta-attention ladder: a file in ``kernels/delta/`` and what it adds."""
+    step: str            # the file's number
+    source: str          # path under kernels/
+    function: str        # the __global__ template
+    form: str            # "recurrent" | "chunked" (02 -> 03 -> 04/05) | "tc" (06; 07 -> 08/09)
+    role: str            # what the kernel computes
+    min_cc: int          # lowest compute capability it runs on (x10)
+    summary: str         # what changed from its predecessor, in one line
+
+
+#: Every delta kernel, in step order. Tables, static builds and notebooks 07 and 13 derive from it.
+DELTA_KERNELS: tuple[DeltaKernel, ...] = (
+    DeltaKernel("01", "delta/01_recurrent.cu", "kda_recurrent", "recurrent", "token by token", 70,
+                "the definition: a (K x BV) state slice per block, one token after another"),
+    DeltaKernel("02", "delta/02_chunk_intra.cu", "kda_chunk_intra", "chunked", "pair sums, scaled operands", 70,
+                "chunked form, stage 1: Akk, Aqk and the gated operands per chunk (fp32 FMA)"),
+    DeltaKernel("03", "delta/03_chunk_solve.cu", "kda_chunk_solve", "chunked", "triangular solve -> W, U", 70,
+                "stage 2: (I + Akk) W = Kbg, (I + Akk) U = beta V by substitution (fp32 FMA)"),
+    DeltaKernel("04", "delta/04_chunk_state.cu", "kda_chunk_state", "chunked", "state pass (fp32 FMA)", 70,
+                "stage 3: the sequential pass over chunks, state in registers"),
+    DeltaKernel("05", "delta/05_chunk_state_tc.cu", "kda_chunk_state_tc", "chunked", "state pass (3xTF32)", 80,
+                "stage 3 on tensor cores, 3xTF32 for fp32 accuracy"),
+    DeltaKernel("06", "delta/06_chunk_fused_tc.cu", "kda_chunk_fused", "tc", "everything, one kernel (3xBF16)", 80,
+                "one kernel, no workspace: each value block rebuilds its chunk operands; 3xBF16 products"),
+    DeltaKernel("07", "delta/07_chunk_prep_tc.cu", "kda_chunk_prep", "tc", "pair products + inverse (3xBF16)", 80,
+                "token-parallel: Akk, Aqk and T = (I + Akk)^-1 once per (chunk, head), 8 KB out per chunk"),
+    DeltaKernel("08", "delta/08_chunk_state_onchip.cu", "kda_chunk_state_onchip", "tc", "recurrence (3xBF16)", 80,
+                "06's state pass reading 07's T and Aqk: element-wise operands rebuilt on chip"),
+    DeltaKernel("09", "delta/09_chunk_state_ws.cu", "kda_chunk_state_ws", "tc", "recurrence, warp-specialised", 80,
+                "08 with 8 producer warps building chunk n+1 while 8 consumer warps run chunk n"),
+)
+
+
+(RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
+ WS_SRC) = (k.source for k in DELTA_KERNELS)
+
+
+def delta_kernel(step: str) -> DeltaKernel:
+    """The registry entry of a step ("01" ... "09"); a one-line error for an unknown one."""
+    for k in DELTA_KERNELS:
+        if k.step == step:
+            return k
+    raise ValueError(f"no delta kernel step {step!r}; known: {', '.join(k.step for k in DELTA_KERNELS)}")
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -583,18 +628,22 @@ def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 # ----------------------------------------------------------------------------- static build list
 
 def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32),
-                          tensor_cores: bool = True) -> list[tuple]:
-    """(source, function, template args) of every kernel a default run at (K, V) uses (with
-    ``tensor_cores=False``, none that needs sm_80+)."""
-    out = [(RECURRENT_SRC, "kda_recurrent", (K, V, default_rg(K), RECURRENT_WARPS))]
-    for C in chunk_sizes:
-        out.append((INTRA_SRC, "kda_chunk_intra", (K, C)))
-        out.append((SOLVE_SRC, "kda_chunk_solve", (K, V, C, solve_cols_per_thread(C))))
-        for bv in bvs:
-            out.append((STATE_SRC, "kda_chunk_state", (K, V, C, bv)))
-            if tensor_cores and C in TC_CHUNK:
-                out.append((STATE_TC_SRC, "kda_chunk_state_tc", (K, V, C, bv)))
-    if tensor_cores:
+                          tensor_cores: bool = True, forms=("recurrent", "chunked")) -> list[tuple]:
+    """(source, function, template args) of every kernel a default run at (K, V) uses, for the
+    registry forms asked for ("recurrent", "chunked": notebook 07; "tc": 06-09, notebook 13).
+    With ``tensor_cores=False``, none that needs sm_80+."""
+    out = []
+    if "recurrent" in forms:
+        out.append((RECURRENT_SRC, "kda_recurrent", (K, V, default_rg(K), RECURRENT_WARPS)))
+    if "chunked" in forms:
+        for C in chunk_sizes:
+            out.append((INTRA_SRC, "kda_chunk_intra", (K, C)))
+            out.append((SOLVE_SRC, "kda_chunk_solve", (K, V, C, solve_cols_per_thread(C))))
+            for bv in bvs:
+                out.append((STATE_SRC, "kda_chunk_state", (K, V, C, bv)))
+                if tensor_cores and C in TC_CHUNK:
+                    out.append((STATE_TC_SRC, "kda_chunk_state_tc", (K, V, C, bv)))
+    if "tc" in forms and tensor_cores:
         out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK)))
         for bv in bvs:
             out.append((FUSED_SRC, "kda_chunk_fused", (K, V, FUSED_CHUNK, bv)))

@@ -59,3 +59,36 @@ def matmul_tf32(a, b, passes: int = 1, round_operands: bool = False) -> np.ndarr
     out += t(ahi) @ t(blo)
     out += t(ahi) @ t(bhi)
     return out
+
+
+# ----------------------------------------------------------------------------- bf16 (kernels 06-09)
+
+def round_bf16(x) -> np.ndarray:
+    """x rounded to bf16 (nearest, ties to even, as cvt.rn.bf16x2.f32), as float32. Finite inputs."""
+    u = _bits(x)
+    return ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
+def split_bf16(x) -> tuple[np.ndarray, np.ndarray]:
+    """x ~= hi + lo as kernels 06-09 split it: hi = round_bf16(x), lo = round_bf16(x - hi); 16
+    significant bits, a relative error of at most 2^-17."""
+    x = np.asarray(x, dtype=np.float32)
+    hi = round_bf16(x)
+    return hi, round_bf16((x - hi).astype(np.float32))
+
+
+def matmul_bf16(a, b, passes: int = 1) -> np.ndarray:
+    """a @ b as bf16 MMAs with fp32 accumulation: ``passes=1`` one MMA per product on operands
+    rounded to bf16; ``passes=3`` the kernels' 3xBF16, a_lo b_hi + a_hi b_lo + a_hi b_hi."""
+    if passes not in (1, 3):
+        raise ValueError(f"passes must be 1 or 3, got {passes}")
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    if passes == 1:
+        return round_bf16(a) @ round_bf16(b)
+    ahi, alo = split_bf16(a)
+    bhi, blo = split_bf16(b)
+    out = alo @ bhi
+    out += ahi @ blo
+    out += ahi @ bhi
+    return out

@@ -1,0 +1,286 @@
+"""Live measurements and verdicts for notebook 13 (fast delta attention on tensor cores, issue 13).
+
+The 3xBF16 kernels (``kernels/delta/06``-``09``, launched through :func:`.kernels.prepare_tc`) beside
+the three-kernel chunked form (02 -> 03 -> 05), the recurrent kernel (01) and flash-linear-attention's
+``chunk_kda`` in bf16 and fp32, all in the same run: correctness grid, accuracy at the target shape,
+latency, peak extra memory, and :func:`targets` — the issue's targets as computed verdicts with the
+headline keys. Everything returns tidy DataFrames that the notebook records with
+``attnlab.results.save_table``; :func:`targets` and :func:`ladder_table` are pure and run in replay.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from . import kernels as dk
+from ..arrays import rel_error
+from .bench import _timed, device_inputs, fla_functions
+from .naive import kda_recurrent_fp64
+
+#: issue 13's accuracy bound (relative RMS error vs float64, fp32 inputs), o and final state
+REL_ERR_BOUND = 1e-4
+#: the implementations timed, in ladder order: (label, impl for prepare_tc or None, steps)
+TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")))
+BEST = "07+09"
+THREE = "02+03+05 (three kernels)"
+RECURRENT = "01 recurrent"
+FLA = "fla chunk_kda"
+
+
+def ladder_table() -> pd.DataFrame:
+    """The delta registry's tensor-core steps and the three-kernel form they climb from."""
+    rows = [dict(step=k.step, file=k.source.split("/")[-1], function=k.function, role=k.role,
+                 min_cc=k.min_cc / 10, changed=k.summary) for k in dk.DELTA_KERNELS if k.step >= "05"]
+    return pd.DataFrame(rows)
+
+
+def correctness_cases(K_list=(64, 128), T_list=(1, 17, 100, 333), B: int = 2, H: int = 3) -> list[dict]:
+    """Small shapes: every T with and without an initial state under log-sigmoid gates, then g = -50
+    per step (the exact pair path), mixed and strong gates at two lengths, for each head size."""
+    cases = []
+    for K in K_list:
+        for T in T_list:
+            for init in (False, True):
+                cases.append(dict(B=B, T=T, H=H, K=K, V=K, gate="logsigmoid", init=init))
+        for gate in ("const", "mixed", "strong", "zero"):
+            for T in (17, 333):
+                cases.append(dict(B=B, T=T, H=H, K=K, V=K, gate=gate, init=True))
+    return cases
+
+
+def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
+    """Every tensor-core implementation at both value-block widths on each case: outputs (and the
+    workspace) poisoned with NaN first, errors of o and the final state vs the float64 recurrence
+    (on the GPU), and whether 07 -> 09 reproduced 07 -> 08 bit for bit."""
+    rows = []
+    for i, c in enumerate(cases):
+        _, d = device_inputs(c["B"], c["T"], c["H"], c["K"], c["V"], seed=seed + i, gate=c["gate"], init=c["init"])
+        ref_o, ref_s = kda_recurrent_fp64(**d, output_final_state=True)
+        for bv in dk.SUPPORTED_BV:
+            outs = {}
+            for label, impl, _ in TC_IMPLS:
+                plan = dk.prepare_tc(**d, output_final_state=True, bv=bv, check_gate=False, impl=impl)
+                plan.poison()
+                o, s = plan.run()
+                o, s = o.get(), s.get()
+                outs[impl] = (o, s)
+                written = bool(np.isfinite(o).all() and np.isfinite(s).all())
+                eo, es = rel_error(o, ref_o), rel_error(s, ref_s)
+                rows.append(dict(implementation=label, B=c["B"], T=c["T"], H=c["H"], K=c["K"], V=c["V"], bv=bv,
+                                 gate={"const": "const-50"}.get(c["gate"], c["gate"]), initial_state=c["init"],
+                                 all_written=written, rel_err_o=eo, rel_err_state=es,
+                                 passed=written and eo < REL_ERR_BOUND and es < REL_ERR_BOUND))
+                del plan
+            same = all(np.array_equal(a, b) for a, b in zip(outs["ws"], outs["split"]))
+            rows[-len(TC_IMPLS) + [x[1] for x in TC_IMPLS].index("ws")]["matches_07_08"] = same
+    return pd.DataFrame(rows)
+
+
+def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, with_fla: bool = True) -> pd.DataFrame:
+    """Relative RMS error of o and of the final state vs a float64 recurrence computed on the GPU, at
+    the target shape with an initial state: every implementation, fla in bf16 and fp32 inputs."""
+    import cupy as cp
+
+    _, d = device_inputs(B, T, H, K, V, seed=seed, init=True)
+    ref_o, ref_s = kda_recurrent_fp64(**d, output_final_state=True)
+    rows = []
+
+    def add(name, dtype, o, s):
+        rows.append(dict(implementation=name, dtype=dtype, T=T, rel_err_o=rel_error(o, ref_o),
+                         rel_err_state=rel_error(s, ref_s) if s is not None else np.nan))
+
+    for label, impl, _ in TC_IMPLS:
+        plan = dk.prepare_tc(**d, output_final_state=True, impl=impl)
+        plan.poison()
+        add(label, "fp32", *plan.run())
+        del plan
+    plan = dk.prepare_chunk(**d, output_final_state=True)
+    add(THREE, "fp32", *plan.run())
+    del plan
+    plan = dk.prepare_recurrent(**d, output_final_state=True)
+    add(RECURRENT, "fp32", *plan.run())
+    del plan
+    chunk_kda, _, _ = fla_functions()
+    if with_fla and chunk_kda is not None:
+        import torch
+
+        for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+            t = {n: torch.from_dlpack(a).to(tdt).contiguous() for n, a in d.items() if n != "initial_state"}
+            h0 = torch.from_dlpack(d["initial_state"]).float().contiguous()
+            try:
+                with torch.no_grad():
+                    of, sf = chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"], initial_state=h0,
+                                       output_final_state=True)
+                add(FLA, dtype, cp.from_dlpack(of.float().contiguous()),
+                    cp.from_dlpack(sf.float().contiguous()) if sf is not None else None)
+            except Exception as exc:  # noqa: BLE001
+                print(f"{FLA} {dtype} failed: {type(exc).__name__}: {exc}")
+            del t
+    df = pd.DataFrame(rows)
+    df["B"], df["H"], df["K"], df["V"] = B, H, K, V
+    return df
+
+
+def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s: float = 0.2, seed: int = 0,
+                 with_fla: bool = True) -> pd.DataFrame:
+    """Median latency per T: each tensor-core implementation (and 07, 08, 09 alone), the three-kernel
+    form, the recurrent kernel and fla's chunk_kda in bf16 and fp32 — one run, the same inputs."""
+    rows = []
+    chunk_kda, _, _ = fla_functions()
+    for T in T_list:
+        _, d = device_inputs(B, T, H, K, V, seed=seed + T)
+        for label, impl, steps in TC_IMPLS:
+            p = dk.prepare_tc(**d, check_gate=False, impl=impl)
+            rows.append(_timed(p.run, budget_s, implementation=label, dtype="fp32", T=T, config=f"C=32 BV={p.bv}",
+                               stage="all"))
+            if len(steps) == 2:
+                for st, step in zip((1, 2), steps):
+                    if impl == "ws" and step == "07":
+                        continue   # 07 alone is timed once, with 08
+                    rows.append(_timed(lambda p=p, st=st: p.run(stages=(st,)), budget_s, implementation=label,
+                                       dtype="fp32", T=T, config=f"C=32 BV={p.bv}", stage=step))
+            del p
+        p = dk.prepare_chunk(**d, check_gate=False)
+        rows.append(_timed(p.run, budget_s, implementation=THREE, dtype="fp32", T=T,
+                           config=f"C={p.chunk_size} BV={p.bv} state={p.state_kernel}", stage="all"))
+        del p
+        p = dk.prepare_recurrent(**d, check_gate=False)
+        rows.append(_timed(p.run, budget_s, implementation=RECURRENT, dtype="fp32", T=T, config=f"RG={p.rg}",
+                           stage="all"))
+        del p
+        if with_fla and chunk_kda is not None:
+            import torch
+
+            for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+                t = {n: torch.from_dlpack(a).to(tdt).contiguous() for n, a in d.items() if n != "initial_state"}
+
+                def call(t=t):
+                    with torch.no_grad():
+                        return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+                try:
+                    call()   # compile / autotune outside the timing
+                    torch.cuda.synchronize()
+                    rows.append(_timed(call, budget_s, implementation=FLA, dtype=dtype, T=T, config="default",
+                                       stage="all"))
+                except Exception as exc:  # noqa: BLE001
+                    print(f"{FLA} {dtype} T={T} not timed: {type(exc).__name__}: {exc}")
+                del t
+    df = pd.DataFrame(rows)
+    df["B"], df["H"], df["K"], df["V"] = B, H, K, V
+    df["tokens_per_s"] = df["B"] * df["T"] / (df["median_ms"] * 1e-3)
+    return df
+
+
+def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], seed: int = 0,
+                with_fla: bool = True) -> pd.DataFrame:
+    """Device memory a call allocates beyond its inputs and outputs (CuPy pool for ours, torch's
+    allocator peak for fla, whose output o is subtracted), with the modelled workspace."""
+    import cupy as cp
+
+    pool = cp.get_default_memory_pool()
+    rows = []
+    chunk_kda, _, _ = fla_functions()
+    for T in T_list:
+        _, d = device_inputs(B, T, H, K, V, seed=seed)
+        out_bytes = 4 * B * T * H * V
+        for label, make in ((BEST, lambda: dk.prepare_tc(**d, check_gate=False, impl="ws")),
+                            ("06 fused", lambda: dk.prepare_tc(**d, check_gate=False, impl="fused")),
+                            (THREE, lambda: dk.prepare_chunk(**d, check_gate=False))):
+            pool.free_all_blocks()
+            before = pool.used_bytes()
+            plan = make()
+            plan.run()
+            cp.cuda.get_current_stream().synchronize()
+            measured = pool.used_bytes() - before - out_bytes
+            rows.append(dict(implementation=label, dtype="fp32", T=T, extra_bytes=int(measured),
+                             model_bytes=int(plan.workspace_bytes())))
+            del plan
+        if with_fla and chunk_kda is not None:
+            import torch
+
+            for dtype, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+                t = {n: torch.from_dlpack(a).to(tdt).contiguous() for n, a in d.items() if n != "initial_state"}
+                try:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                    before = torch.cuda.memory_allocated()
+                    with torch.no_grad():
+                        o, _ = chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+                    torch.cuda.synchronize()
+                    measured = torch.cuda.max_memory_allocated() - before - o.numel() * o.element_size()
+                    rows.append(dict(implementation=FLA, dtype=dtype, T=T, extra_bytes=int(measured),
+                                     model_bytes=np.nan))
+                    del o
+                except Exception as exc:  # noqa: BLE001
+                    print(f"{FLA} {dtype} T={T}: memory not measured ({type(exc).__name__}: {exc})")
+                del t
+        pool.free_all_blocks()
+    df = pd.DataFrame(rows)
+    df["B"], df["H"], df["K"], df["V"] = B, H, K, V
+    return df
+
+
+def _ms(latency: pd.DataFrame, impl: str, T: int, dtype: str = "fp32") -> float:
+    r = latency[(latency["implementation"] == impl) & (latency["dtype"] == dtype) & (latency["T"] == T)
+                & (latency["stage"] == "all")]["median_ms"]
+    return float(r.iloc[0]) if len(r) else float("nan")
+
+
+def targets(latency: pd.DataFrame, accuracy: pd.DataFrame, memory: pd.DataFrame, checks: pd.DataFrame | None = None,
+            T_big: int = 16384, T_small: int = 4096) -> pd.DataFrame:
+    """Issue 13's targets as rows (key, target, value, threshold, met, detail), computed from the
+    recorded tables; a target whose inputs were not measured says so (met = None, value NaN).
+    The bf16-I/O target has no kernel yet and is reported as not built."""
+    rows = []
+
+    def add(key, target, value, threshold, higher_is_better, detail):
+        met = None if not np.isfinite(value) else bool(value >= threshold if higher_is_better else value < threshold)
+        rows.append(dict(key=key, target=target, value=value, threshold=threshold, met=met, detail=detail))
+
+    ours_big, ours_small = _ms(latency, BEST, T_big), _ms(latency, BEST, T_small)
+    fla_big, fla_small = _ms(latency, FLA, T_big, "bf16"), _ms(latency, FLA, T_small, "bf16")
+    rec_big = _ms(latency, RECURRENT, T_big)
+    add("x_fla_bf16_t16384", f"fp32 I/O ≥ 1.9× fla chunk_kda (bf16) at T={T_big}", fla_big / ours_big, 1.9, True,
+        f"fla bf16 {fla_big:.3f} ms, {BEST} {ours_big:.3f} ms")
+    add("x_fla_bf16_t4096", f"fp32 I/O ≥ 1.5× fla chunk_kda (bf16) at T={T_small}", fla_small / ours_small, 1.5, True,
+        f"fla bf16 {fla_small:.3f} ms, {BEST} {ours_small:.3f} ms")
+    add("x_recurrent_t16384", f"fp32 I/O ≥ 13× our recurrent kernel at T={T_big}", rec_big / ours_big, 13.0, True,
+        f"recurrent {rec_big:.3f} ms, {BEST} {ours_big:.3f} ms")
+    add("x_fla_bf16_t16384_bf16io", f"bf16 I/O ≥ 2.5× fla chunk_kda (bf16) at T={T_big}", float("nan"), 2.5, True,
+        "not built: the tensor-core kernels take fp32 inputs and outputs only")
+    ours_acc = accuracy[~accuracy["implementation"].str.startswith("fla")
+                        & accuracy["implementation"].isin([x[0] for x in TC_IMPLS])]
+    worst_t = float(np.nanmax(ours_acc[["rel_err_o", "rel_err_state"]].to_numpy())) if len(ours_acc) else float("nan")
+    worst_grid = (float(np.nanmax(checks[["rel_err_o", "rel_err_state"]].to_numpy()))
+                  if checks is not None and len(checks) else float("nan"))
+    worst = float(np.nanmax([worst_t, worst_grid])) if np.isfinite([worst_t, worst_grid]).any() else float("nan")
+    add("worst_rel_rms", "relative RMS error < 1e-4 vs float64 (o and final state, every checked input)", worst,
+        REL_ERR_BOUND, False,
+        f"target shape {worst_t:.2e}, small-shape grid {worst_grid:.2e} ({0 if checks is None else len(checks)} runs)")
+    m = memory[memory["T"] == T_big]
+    ours_mem = m[m["implementation"] == BEST]["extra_bytes"]
+    fla_mem = m[(m["implementation"] == FLA) & (m["dtype"] == "bf16")]["extra_bytes"]
+    ratio = (float(ours_mem.iloc[0]) / float(fla_mem.iloc[0])) if len(ours_mem) and len(fla_mem) else float("nan")
+    add("mem_vs_fla_t16384", f"extra device memory ≤ 0.6× fla chunk_kda (bf16) at T={T_big}", ratio, 0.6, False,
+        (f"{BEST} {float(ours_mem.iloc[0]) / 2**20:.0f} MiB, fla bf16 {float(fla_mem.iloc[0]) / 2**20:.0f} MiB"
+         if np.isfinite(ratio) else "not measured"))
+    out = pd.DataFrame(rows)
+    # the memory bound is "at most": equality meets it
+    sel = out["key"] == "mem_vs_fla_t16384"
+    out.loc[sel, "met"] = [None if not np.isfinite(v) else bool(v <= 0.6) for v in out.loc[sel, "value"]]
+    return out
+
+
+def step_gains(latency: pd.DataFrame, T: int) -> pd.DataFrame:
+    """Each implementation's time at T and its speed-up over the previous row of the ladder."""
+    order = [THREE] + [x[0] for x in TC_IMPLS]
+    rows, prev = [], None
+    for impl in order:
+        ms = _ms(latency, impl, T)
+        rows.append(dict(implementation=impl, T=T, median_ms=ms,
+                         gain_vs_previous=(prev / ms) if prev and np.isfinite(ms) else np.nan))
+        prev = ms if np.isfinite(ms) else prev
+    return pd.DataFrame(rows)
