@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Every registered attention kernel under NVIDIA compute-sanitizer, on a GPU.
+"""Every registered attention kernel (or delta kernel) under NVIDIA compute-sanitizer, on a GPU.
 
     python scripts/sanitize_kernels.py                 # memcheck, racecheck, synccheck, initcheck
     python scripts/sanitize_kernels.py --tools memcheck
+    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-09 instead (kns=kda_)
     python scripts/sanitize_kernels.py --list          # what the worker launches (no GPU needed)
 
 The driver runs this script's worker once per tool under ``compute-sanitizer --tool <tool>
@@ -42,6 +43,53 @@ def plan() -> list[dict]:
     return out
 
 
+#: The delta family's launches: every step of attnlab.delta.kernels.DELTA_KERNELS through its
+#: launcher, on B=1, H=3 (odd B·H), T=77 (not a multiple of any chunk), an initial state.
+DELTA_B, DELTA_H, DELTA_T = 1, 3, 77
+
+
+def delta_plan() -> list[dict]:
+    out = [dict(launcher="recurrent", K=64, steps="01")]
+    out += [dict(launcher="chunk", state=st, K=64, steps=f"02 03 {n}") for st, n in (("simt", "04"), ("tc", "05"))]
+    out += [dict(launcher="tc", impl=impl, K=K, steps=steps)
+            for impl, steps in (("fused", "06"), ("split", "07 08"), ("ws", "07 09")) for K in (64, 128)]
+    return out
+
+
+def delta_worker() -> int:
+    import cupy as cp
+
+    from attnlab.delta import kernels as dk, random_inputs
+    from attnlab.env import device_name
+
+    bad = 0
+    cc = int(cp.cuda.Device().compute_capability)
+    for p in delta_plan():
+        K = p["K"]
+        x = {n: cp.asarray(a) for n, a in random_inputs(DELTA_B, DELTA_T, DELTA_H, K, K, seed=7,
+                                                        initial_state=True).items()}
+        if p["launcher"] == "recurrent":
+            plan = dk.prepare_recurrent(**x, output_final_state=True)
+        elif p["launcher"] == "chunk":
+            if p["state"] == "tc" and cc < dk.TC_MIN_CC:
+                continue
+            plan = dk.prepare_chunk(**x, output_final_state=True, state=p["state"])
+        else:
+            if cc < dk.FUSED_MIN_CC:
+                print(f"[sanitize] skip kda_tc {p['impl']}: needs compute capability {dk.FUSED_MIN_CC}", flush=True)
+                continue
+            plan = dk.prepare_tc(**x, output_final_state=True, impl=p["impl"])
+        plan.poison()
+        o, s = plan.run()
+        cp.cuda.Device().synchronize()
+        ok = bool(cp.isfinite(o).all() and cp.isfinite(s).all())
+        bad += not ok
+        print(f"[sanitize] ran delta {p['steps']} K={K}: {'all outputs written' if ok else 'NON-FINITE OUTPUT'}",
+              flush=True)
+    print(f"[sanitize] worker done on {device_name()}: {bad} bad outputs", flush=True)
+    return 1 if bad else 0
+
+
 def worker() -> int:
     import torch
 
@@ -72,7 +120,7 @@ def worker() -> int:
     return 1 if bad else 0
 
 
-def driver(tools) -> int:
+def driver(tools, family: str = "attention") -> int:
     exe = shutil.which("compute-sanitizer") or (
         "/usr/local/cuda/bin/compute-sanitizer" if Path("/usr/local/cuda/bin/compute-sanitizer").exists() else None)
     if exe is None:
@@ -81,8 +129,9 @@ def driver(tools) -> int:
     rows, worst = [], 0
     for tool in tools:
         t0 = time.time()
-        cmd = [exe, "--tool", tool, "--kernel-name", "kns=attn_", "--print-limit", "20",
-               sys.executable, __file__, "--worker"]
+        prefix = "kda_" if family == "delta" else "attn_"
+        cmd = [exe, "--tool", tool, "--kernel-name", f"kns={prefix}", "--print-limit", "20",
+               sys.executable, __file__, "--worker", "--family", family]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         text = proc.stdout + proc.stderr
         errors = summary_errors(text)
@@ -112,14 +161,17 @@ def summary_errors(text: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tools", nargs="*", default=list(TOOLS), choices=TOOLS)
+    ap.add_argument("--family", default="attention", choices=("attention", "delta"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--list", action="store_true", help="print the launches and exit")
     args = ap.parse_args()
     if args.list:
-        for p in plan():
+        for p in (delta_plan() if args.family == "delta" else plan()):
             print(p)
         return 0
-    return worker() if args.worker else driver(args.tools)
+    if args.worker:
+        return delta_worker() if args.family == "delta" else worker()
+    return driver(args.tools, args.family)
 
 
 if __name__ == "__main__":

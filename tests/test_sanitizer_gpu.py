@@ -39,3 +39,20 @@ def test_the_plan_covers_every_registered_kernel():
 def test_every_kernel_is_clean_under_compute_sanitizer():
     res = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+
+
+def test_the_delta_plan_covers_every_delta_kernel():
+    from attnlab.delta.kernels import DELTA_KERNELS
+
+    out = subprocess.run([sys.executable, str(SCRIPT), "--family", "delta", "--list"], capture_output=True, text=True,
+                         check=True).stdout
+    steps = {s for line in out.splitlines() for s in line.split("'steps': '")[1].split("'")[0].split()}
+    assert steps == {k.step for k in DELTA_KERNELS}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (shutil.which("compute-sanitizer") or Path("/usr/local/cuda/bin/compute-sanitizer").exists()),
+                    reason="compute-sanitizer not installed")
+def test_every_delta_kernel_is_clean_under_compute_sanitizer():
+    res = subprocess.run([sys.executable, str(SCRIPT), "--family", "delta"], capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]

@@ -223,10 +223,18 @@ def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], seed: int
     return df
 
 
-def _ms(latency: pd.DataFrame, impl: str, T: int, dtype: str = "fp32") -> float:
+def _ms(latency: pd.DataFrame, impl: str, T: int, dtype: str = "fp32", col: str = "median_ms") -> float:
+    if col not in latency:
+        return float("nan")
     r = latency[(latency["implementation"] == impl) & (latency["dtype"] == dtype) & (latency["T"] == T)
-                & (latency["stage"] == "all")]["median_ms"]
+                & (latency["stage"] == "all")][col]
     return float(r.iloc[0]) if len(r) else float("nan")
+
+
+def _spread(latency: pd.DataFrame, impl: str, T: int, dtype: str = "fp32") -> str:
+    """' (rel. IQR x %)' of a timing when it was recorded, else ''."""
+    v = _ms(latency, impl, T, dtype, "rel_iqr")
+    return f" (rel. IQR {100 * v:.1f} %)" if np.isfinite(v) else ""
 
 
 def targets(latency: pd.DataFrame, accuracy: pd.DataFrame, memory: pd.DataFrame, checks: pd.DataFrame | None = None,
@@ -244,9 +252,11 @@ def targets(latency: pd.DataFrame, accuracy: pd.DataFrame, memory: pd.DataFrame,
     fla_big, fla_small = _ms(latency, FLA, T_big, "bf16"), _ms(latency, FLA, T_small, "bf16")
     rec_big = _ms(latency, RECURRENT, T_big)
     add("x_fla_bf16_t16384", f"fp32 I/O ≥ 1.9× fla chunk_kda (bf16) at T={T_big}", fla_big / ours_big, 1.9, True,
-        f"fla bf16 {fla_big:.3f} ms, {BEST} {ours_big:.3f} ms")
+        f"fla bf16 {fla_big:.3f} ms{_spread(latency, FLA, T_big, 'bf16')}, {BEST} {ours_big:.3f} ms"
+        f"{_spread(latency, BEST, T_big)}")
     add("x_fla_bf16_t4096", f"fp32 I/O ≥ 1.5× fla chunk_kda (bf16) at T={T_small}", fla_small / ours_small, 1.5, True,
-        f"fla bf16 {fla_small:.3f} ms, {BEST} {ours_small:.3f} ms")
+        f"fla bf16 {fla_small:.3f} ms{_spread(latency, FLA, T_small, 'bf16')}, {BEST} {ours_small:.3f} ms"
+        f"{_spread(latency, BEST, T_small)}")
     add("x_recurrent_t16384", f"fp32 I/O ≥ 13× our recurrent kernel at T={T_big}", rec_big / ours_big, 13.0, True,
         f"recurrent {rec_big:.3f} ms, {BEST} {ours_big:.3f} ms")
     add("x_fla_bf16_t16384_bf16io", f"bf16 I/O ≥ 2.5× fla chunk_kda (bf16) at T={T_big}", float("nan"), 2.5, True,
