@@ -167,3 +167,42 @@ def test_targets_are_computed_with_their_keys_and_misses_reported():
     assert v.loc["mem_vs_fla_t16384", "met"] is True and v.loc["mem_vs_fla_t16384", "value"] == pytest.approx(0.6)
     v2 = fast.targets(lat[lat["implementation"] != fast.FLA], acc, mem).set_index("key")
     assert v2.loc["x_fla_bf16_t16384", "met"] is None               # fla not timed: not evaluated
+
+
+# ----------------------------------------------------------------------------- memory safety
+
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
+SANITIZER_REPORT = ("AddressSanitizer", "runtime error:", "UndefinedBehaviorSanitizer", "LeakSanitizer")
+
+
+def test_tensor_core_kernels_under_sanitizers(tmp_path):
+    """06, 07 -> 08 and 07 -> 09 built with AddressSanitizer and UBSan, shared memory past what each
+    launch asked for poisoned (tests/sanitize/smem_guard.h): no out-of-bounds access, no UB."""
+    import os
+
+    probe = tmp_path / "probe.cpp"
+    probe.write_text("int main() { return 0; }\n")
+    if subprocess.run([GXX, *SANITIZE_FLAGS, str(probe), "-o", str(tmp_path / "probe")],
+                      capture_output=True).returncode != 0:
+        pytest.skip("g++ cannot build with -fsanitize=address,undefined here (libasan/libubsan missing)")
+    K, V, BV, B, T, H = 64, 64, 32, 1, 45, 3
+    exe = tmp_path / "harness_06_asan"
+    cmd = [GXX, "-std=c++20", "-O1", "-pthread", *SANITIZE_FLAGS,
+           "-include", str(ROOT / "tests/ladder_emu/ladder_emu.h"), "-include", str(ROOT / "tests/sanitize/smem_guard.h"),
+           "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_BV={BV}",
+           str(ROOT / "tests/delta_emu/harness_06.cpp"), "-o", str(exe)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    x = random_inputs(B, T, H, K, V, seed=5, gate="mixed", initial_state=True)
+    for n in ("q", "k", "v", "g", "beta"):
+        x[n].astype(np.float32).tofile(tmp_path / n)
+    x["initial_state"].astype(np.float32).tofile(tmp_path / "h0")
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:halt_on_error=1",
+           "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    res = subprocess.run([str(exe), str(tmp_path), str(B), str(T), str(H), repr(K ** -0.5), "1"],
+                         capture_output=True, text=True, timeout=900, env=env)
+    report = [line for line in res.stderr.splitlines() if any(s in line for s in SANITIZER_REPORT)]
+    assert res.returncode == 0 and not report, f"sanitizer report (exit {res.returncode}):\n{res.stderr[-6000:]}"
+    ref_o, _ = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
+    for tag in ("fz", "ts", "ws"):
+        assert rel(np.fromfile(tmp_path / f"{tag}_o", np.float32).reshape(B, T, H, V), ref_o) < TOL, tag

@@ -68,10 +68,43 @@ def test_index_lists_status_duration_mode_and_headlines(tmp_path, monkeypatch):
             report.NotebookRun("02_tiling", "failed", 3.0, "live", error="AssertionError: boom")]
     index = report.write_index(out, runs, "full", "live (X)")
     text = index.read_text()
-    assert "| 01_naive | passed | 12.5 s | live | — | best: 2.5 |" in text
+    assert "| 01_naive | passed | 12.5 s | live | — | best: 2.5 |" in text          # no template: the figures
     assert "failed<br>**AssertionError: boom**" in text and "1/2 passed" in text
     assert json.loads((out / "runs.json").read_text())[1]["status"] == "failed"
     assert "gpu-x" in (tmp_path / "README.md").read_text()
+
+
+def test_index_gives_one_generated_key_result_per_notebook():
+    h = {"x_fla_bf16_t16384": 0.9953, "worst_rel_rms": 1.386e-05, "mem_vs_fla_t16384": 0.1111, "gpu": "G", "mode": "live"}
+    line = report.key_result("13_fast_delta", h)
+    assert line == "3xBF16 KDA 1.00× fla bf16 at T=16384, worst error 1.4e-05, extra memory 0.11× fla's"
+    assert report.key_result("02_tiling", {"best_tiled_speedup": 2.3879, "at": "D=64 N=128",
+                                           "worst_rel_err": "1.5e-06"}).startswith("tiling: up to 2.39×")
+    # a missing or non-numeric figure falls back to the figures themselves, never gpu/mode
+    assert report.key_result("13_fast_delta", {**h, "x_fla_bf16_t16384": None}).startswith("x_fla_bf16_t16384: None")
+    assert report.key_result("99_new", {"gpu": "G", "mode": "live", "a": 1.0}) == "a: 1"
+    assert report.key_result("99_new", {}) == "—"
+    # every template names figures its notebook publishes (as recorded in reports/h200/runs.json)
+    runs = json.loads((REPO_ROOT / "reports" / "h200" / "runs.json").read_text())
+    for r in runs:
+        if r["notebook"] in report.KEY_RESULTS and r["status"] == "passed":
+            assert report.key_result(r["notebook"], r["headlines"]) != report.key_result("99_new", r["headlines"]), \
+                r["notebook"]
+
+
+def test_reindex_rewrites_the_index_from_runs_json_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "REPORTS_DIR", tmp_path)
+    out = tmp_path / "gpu-z"
+    out.mkdir()
+    report.write_index(out, [report.NotebookRun("01_naive", "passed", 1.0, "live", headlines={"best": 2.5},
+                                                command="python -m attnlab.report --only 01", profile="full")],
+                       "full", "live")
+    before = (out / "runs.json").read_text()
+    assert report.main(["--reindex", "--out", str(out)]) == 0
+    text = (out / "README.md").read_text()
+    assert "no notebook was run" in text and "| 01_naive | passed |" in text and "--only 01" in text
+    assert (out / "runs.json").read_text() == before
+    assert report.main(["--reindex", "--out", str(tmp_path / "empty")]) == 2
 
 
 def test_index_keeps_notebooks_of_earlier_runs(tmp_path, monkeypatch):
@@ -349,7 +382,8 @@ def test_notebooks_run_after_the_ones_whose_tables_they_read():
     assert deps["04_padding"] == {"01_naive", "02_tiling", "03_float4"}                # and 06's ceilings of the last run
     assert deps["06_roofline"] == {"01_naive", "02_tiling", "03_float4", "04_padding", "05_occupancy_scan"}
     assert "06_roofline" in deps["07_delta_attention_chunking"]
-    assert deps["12_cross_gpu"] == {p.stem for p in report.list_notebooks()} - {"12_cross_gpu"}
+    # 12 reads every recorded table of the notebooks before it (13 reads nothing of 12's, nor 12 of 13's)
+    assert deps["12_cross_gpu"] == {p.stem for p in report.list_notebooks() if p.stem < "12_cross_gpu"}
     # a subset: only the notebooks of this run count
     assert report.notebook_dependencies(report.list_notebooks(["04", "07"])) == {"04_padding": frozenset(),
                                                                                  "07_delta_attention_chunking": frozenset()}

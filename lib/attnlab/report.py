@@ -1,6 +1,6 @@
 """The report runner: execute every notebook in order with a parameter profile, keep the executed
 notebooks and their HTML in reports/<gpu>/, and write an index with status, duration, mode and
-headline figures.
+each notebook's key result (generated from its headline figures, which runs.json keeps whole).
 
     python -m attnlab.report --profile full            # all notebooks: the recorded run
     python -m attnlab.report --only 01 03 -p seed=7    # some notebooks, one parameter overridden
@@ -490,6 +490,56 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+#: The index's one line per notebook: its key result, a template over the notebook's own headline
+#: figures (so the sentence is generated from the recorded numbers). Every headline stays in
+#: runs.json and on the notebook's results page; a notebook without a template (or whose headlines
+#: lack a field) shows its first headline figures instead.
+KEY_RESULTS: dict[str, str] = {
+    "01_naive": "naive kernel {best_naive_tflops:.2f} TFLOP/s; SDPA {sdpa_speedup_at_max_N:.1f}× faster at the "
+                "largest N; worst error {worst_rel_err:.1e}",
+    "02_tiling": "tiling: up to {best_tiled_speedup:.2f}× over naive ({at}); worst error {worst_rel_err:.1e}",
+    "03_float4": "float4 copies: median {median_speedup_over_tiled:.3f}× over tiled",
+    "04_padding": "best {best_kernel}: {best_tflops:.2f} TFLOP/s, {pct_of_fp32_peak:.0f} % of the fp32 peak, "
+                  "{pct_of_sdpa:.0f} % of SDPA fp32",
+    "05_occupancy_scan": "tuned tiles {geomean_tuned_gain:.3f}× the seed's (geomean over {configurations} "
+                         "configurations); calculator agrees on {calculator_agrees_pct:.0f} %",
+    "06_roofline": "roofs: FMA {fma_tflops:.1f} TFLOP/s, copy {copy_tbps:.2f} TB/s; median point at "
+                   "{median_pct_of_peak:.1f} % of its roof",
+    "07_delta_attention_chunking": "chunked KDA {chunked_vs_recurrent:.2f}× the recurrent kernel and "
+                                   "{chunked_vs_fla_chunk_bf16:.2f}× fla bf16 at T={T}",
+    "08_register_tiling": "{x_sdpa_fp32_d128_n4096:.2f}× SDPA fp32 at D=128, N=4096 ({tflops_d128_n4096:.1f} "
+                          "TFLOP/s, {pct_fma_peak_d128_n4096:.0f} % of the FMA peak)",
+    "09_tf32_tensor_cores": "3xTF32 at least {x_sdpa_fp32_min_3xtf32:.2f}× SDPA fp32, worst error "
+                            "{worst_rel_err_3xtf32:.1e}",
+    "10_flash_bf16": "at least {x_sdpa_flash_min:.2f}× SDPA flash; {x_cudnn_d128_n16384:.2f}× cuDNN at D=128, "
+                     "N=16384",
+    "11_hopper_wgmma": "at least {x_cudnn_d128_min:.2f}× cuDNN at D=128; {tflops_d128_n16384:.0f} TFLOP/s at "
+                       "N=16384",
+    "13_fast_delta": "3xBF16 KDA {x_fla_bf16_t16384:.2f}× fla bf16 at T=16384, worst error {worst_rel_rms:.1e}, "
+                     "extra memory {mem_vs_fla_t16384:.2f}× fla's",
+}
+_PLAIN = {"gpu", "mode"}
+
+
+def key_result(notebook: str, headlines: dict[str, Any], fallback: int = 3) -> str:
+    """The notebook's key result as one line (:data:`KEY_RESULTS`), '—' when it has no headlines."""
+    template = KEY_RESULTS.get(notebook)
+    if template:
+        def num(v):   # some notebooks publish a figure as its printed string ('1.5e-06')
+            if isinstance(v, str):
+                try:
+                    return float(v)
+                except ValueError:
+                    return v
+            return v
+        try:
+            return template.format(**{k: num(v) for k, v in headlines.items()})
+        except (KeyError, ValueError, TypeError, IndexError):
+            pass   # a headline missing or not a number (e.g. None): fall back to the figures
+    items = [(k, v) for k, v in headlines.items() if k not in _PLAIN]
+    return "; ".join(f"{k}: {_fmt(v)}" for k, v in items[:fallback]) or "—"
+
+
 def merge_runs(out_dir: Path, runs: list[NotebookRun]) -> list[NotebookRun]:
     """This invocation's runs over the folder's earlier ones: running only 07 keeps 01-06 listed.
     A failed run notes when the good copy it leaves in place was made."""
@@ -588,15 +638,7 @@ def _write_index(out_dir: Path, runs: list[NotebookRun], profile: str, mode_line
     for (cmd, prof, over), books in others.items():
         made = _describe(cmd, prof, json.loads(over)) if cmd else "a command not recorded"
         lines += [f"Listed from an earlier run: {', '.join(books)}, by {made}.", ""]
-    lines += ["| notebook | status | duration | mode | finished (UTC) | headline figures | files | ran on |",
-              "|---|---|---|---|---|---|---|---|"]
-    for r in runs:
-        heads = "<br>".join(f"{k}: {_fmt(v)}" for k, v in r.headlines.items()) or "—"
-        err = f"<br>**{r.error}**" if r.error else ""
-        lines.append(f"| {r.notebook} | {r.status}{err} | {r.duration_s:.1f} s | {r.mode} | {r.finished_utc or '—'} | {heads} | "
-                     f"{_links(out_dir, r)} | {ran_on(r)} |")
-    lines += ["", f"Total: {sum(r.duration_s for r in runs):.1f} s; "
-              f"{sum(r.status == 'passed' for r in runs)}/{len(runs)} passed.", ""]
+    lines += _index_table(out_dir, runs)
     index = write_text_atomic(out_dir / "README.md", "\n".join(lines))
     write_text_atomic(out_dir / "runs.json", json.dumps([dataclasses.asdict(r) for r in runs], indent=1, default=str))
     if top_index if top_index is not None else not is_local_folder(out_dir):
@@ -604,9 +646,44 @@ def _write_index(out_dir: Path, runs: list[NotebookRun], profile: str, mode_line
     return index
 
 
+def _index_table(out_dir: Path, runs: list[NotebookRun]) -> list[str]:
+    lines = ["| notebook | status | duration | mode | finished (UTC) | key result | files | ran on |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        heads = key_result(r.notebook, r.headlines)
+        err = f"<br>**{r.error}**" if r.error else ""
+        lines.append(f"| {r.notebook} | {r.status}{err} | {r.duration_s:.1f} s | {r.mode} | {r.finished_utc or '—'} | {heads} | "
+                     f"{_links(out_dir, r)} | {ran_on(r)} |")
+    lines += ["", f"Total: {sum(r.duration_s for r in runs):.1f} s; "
+              f"{sum(r.status == 'passed' for r in runs)}/{len(runs)} passed.", ""]
+    return lines
+
+
+def rewrite_index(out_dir: Path) -> Path:
+    """Rewrite a folder's README.md index from its runs.json alone (no notebook runs; runs.json is
+    left as it is), e.g. after the index's format changed. The header says so."""
+    with _index_lock(out_dir):
+        runs = merge_runs(out_dir, [])
+        if not runs:
+            raise UsageError(f"{out_dir} has no runs.json to rewrite an index from")
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        made: dict[str, list[str]] = {}
+        for r in runs:
+            made.setdefault(_describe(r.command, r.profile, r.overrides) if r.command else "a command not recorded",
+                            []).append(r.notebook)
+        lines = [f"# attnlab report — {out_dir.name}", "",
+                 f"Index rewritten {now} from runs.json; no notebook was run to write it.", ""]
+        lines += [f"Made by {how}: {', '.join(books)}.\n" for how, books in made.items()]
+        lines += _index_table(out_dir, runs)
+        index = write_text_atomic(out_dir / "README.md", "\n".join(lines))
+    if not is_local_folder(out_dir):
+        write_top_index()
+    return index
+
+
 def write_top_index() -> Path:
     lines = ["# Reports", "", "One folder per GPU measured live with the full profile; each folder's README is its "
-             "index (status, duration, mode and headline figures per notebook). Replays go to `<gpu>-replay/`, "
+             "index (status, duration, mode and the key result per notebook). Replays go to `<gpu>-replay/`, "
              "live runs of other profiles to `<gpu>-<profile>/` and runs with `-p` overrides to `<gpu>-custom/`; "
              "those are not committed.", ""]
     for d in sorted(p for p in REPORTS_DIR.iterdir() if p.is_dir() and not is_local_folder(p)):
@@ -998,7 +1075,16 @@ def main(argv: list[str] | None = None) -> int:
                          "host:6379, ray://host:10001); default: $RAY_ADDRESS when set (needs the 'ray' extra)")
     ap.add_argument("--retries", type=_retries, default=2,
                     help="on a Ray cluster: times a notebook whose worker died is run again (default 2)")
+    ap.add_argument("--reindex", action="store_true",
+                    help="only rewrite reports/<gpu>/README.md (or --out's) from its runs.json; run nothing")
     args = ap.parse_args(argv)
+    if args.reindex:
+        try:
+            print(f"index: {rewrite_index(Path(args.out) if args.out else REPORTS_DIR / args.gpu)}")
+            return 0
+        except UsageError as exc:
+            print(f"{ap.prog}: {exc}", file=sys.stderr)
+            return 2
     address = None if args.gpus else (args.cluster or os.environ.get("RAY_ADDRESS") or None)
 
     try:

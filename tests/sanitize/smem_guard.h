@@ -18,3 +18,13 @@ inline void emu_launch_smem_guarded(unsigned grid, unsigned threads, std::size_t
     ASAN_UNPOISON_MEMORY_REGION(smem, sizeof(smem));
 }
 #define emu_launch emu_launch_smem_guarded
+
+// The same for 3-D launches (tests/delta_emu/harness_06.cpp).
+inline void emu_launch3_smem_guarded(dim3 grid, unsigned threads, std::size_t smem_bytes,
+                                     const std::function<void()>& kernel) {
+    const std::size_t lo = smem_bytes < sizeof(smem) ? (smem_bytes + 7) & ~std::size_t(7) : sizeof(smem);
+    ASAN_POISON_MEMORY_REGION(reinterpret_cast<char*>(smem) + lo, sizeof(smem) - lo);
+    emu_launch3(grid, threads, smem_bytes, kernel);
+    ASAN_UNPOISON_MEMORY_REGION(smem, sizeof(smem));
+}
+#define emu_launch3 emu_launch3_smem_guarded
