@@ -133,8 +133,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              "exits with copies never waited for. (The same missing wait in the middle of a sequence is a race the "
              "model does not reliably lose: a trial survived.)"),
     Mutation("07: off-diagonal block of T with the wrong sign", "kernels/delta/07_chunk_prep_tc.cu",
-             "                s0 -= tm * sY[m * 17 + j];",
-             "                s0 += tm * sY[m * 17 + j];",
+             "            s0 -= tm * sY[m * 17 + j];",
+             "            s0 += tm * sY[m * 17 + j];",
              ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T17-logsigmoid-h00-K64V64BV32]",)),
     Mutation("07: no exact path for strong decays", "kernels/delta/07_chunk_prep_tc.cu",
              "    if (!(gl0 >= FAST_MIN_G && gl1 >= FAST_MIN_G)) *sFlag = 1;\n",
