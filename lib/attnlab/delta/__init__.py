@@ -6,9 +6,11 @@ log-space gates g ``[B, T, H, K]`` (≤ 0), beta ``[B, T, H]``, state ``[B, H, K
 * :mod:`.naive` — the definition, token by token, in float64 (the ground truth);
 * :mod:`.chunk` — the chunked (UT/WY) form in float64, plus a float32 mirror of the CUDA
   kernels' stages (same blocking, same intermediate layouts) for CPU checks;
-* :mod:`.kernels` — validation and launchers for ``kernels/delta/*.cu`` (needs CuPy and a GPU);
-* :mod:`.tf32` — TF32 rounding and 3xTF32 products in NumPy (the tensor-core state pass's numerics);
-* :mod:`.model` — FLOPs, transcendentals and bytes per token for each form.
+* :mod:`.kernels` — the family's registry (``DELTA_KERNELS``), validation and launchers for
+  ``kernels/delta/*.cu`` (needs CuPy and a GPU);
+* :mod:`.tf32` — TF32 and bf16 rounding, 3xTF32 and 3xBF16 products in NumPy (the tensor-core kernels' numerics);
+* :mod:`.model` — FLOPs, transcendentals and bytes per token for each form;
+* :mod:`.bench`, :mod:`.fast` — the measurements and verdicts of notebooks 07 and 13.
 """
 
 from .naive import kda_recurrent_fp64, random_inputs
