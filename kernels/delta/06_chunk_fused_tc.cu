@@ -1,10 +1,10 @@
 // 06 — chunked KDA in one kernel: every intra-chunk product, the triangular inverse and the state
 // pass on chip, all products on tensor cores as "3xBF16" (fp32-class accuracy), no workspace.
 //
-// What changed from 02 → 03 → 05 (three kernels), and why. Notebook 07 measured that design at
-// 3.0 ms (T = 16384, B = 2, H = 16, K = V = 128, fp32): the intra-chunk pass and the solve run on
-// CUDA cores, and the state pass reads five fp32 workspaces (W, U, Qg, Kd, Aqk; 1.5 GB) back from
-// DRAM. Here one block per (batch, head, BV value columns) walks its chunks in order and builds
+// What changed from 02 → 03 → 05 (three kernels), and why. In that design (notebook 07) the
+// intra-chunk pass and the solve run on CUDA cores, and the state pass reads five fp32 workspaces
+// back from DRAM (W, U, Qg, Kd, Aqk: 4K + C floats per token and head, 1.1 GB at T = 16384,
+// B = 2, H = 16, K = V = 128). Here one block per (batch, head, BV value columns) walks its chunks in order and builds
 // each chunk's operands itself from q, k, g, v, beta, so DRAM sees the inputs and o once and the
 // extra device memory is zero. The four value-column blocks of a head repeat the intra-chunk work
 // (Akk, Aqk, the inverse): that costs tensor-core time, not bytes.

@@ -2,11 +2,11 @@
 // the triangular inverse on tensor cores; writes only T = (I + Akk)^-1 and Aqk (C x C each).
 //
 // What changed from 06, and why. 06 builds every chunk's operands inside the state pass, so each of
-// a head's V / BV value-column blocks repeats the pair products Akk, Aqk and the inverse; Nsight
-// Compute puts that repeated work (and the one-warp inverse the other warps wait for) at about half
-// of 06's time. Here one block per (chunk, head) does it once, with no dependence on the state, so
-// every chunk of every head runs at once; 08 then reads T and Aqk (8 KB per chunk and head, about
-// 0.1x the size of q) and rebuilds only the cheap element-wise operands (Qg, Kbg, Kd) itself.
+// a head's V / BV value-column blocks repeats the pair products Akk, Aqk and the inverse, and the
+// other warps wait for the one-warp inverse (notebook 13's Nsight Compute table: barrier stalls).
+// Here one block per (chunk, head) does it once, with no dependence on the state, so every chunk
+// of every head runs at once; 08 then reads T and Aqk (8 KB per chunk and head: half the bytes of
+// that chunk's q) and rebuilds only the cheap element-wise operands (Qg, Kbg, Kd) itself.
 //
 // Per chunk of C = 32 rows (as in 06; G = cumsum(g) in base 2, rows past T zero):
 //   e_i = 2^G_i, r_i = 2^-G_i;  Qg = scale q e,  Kbg = beta k e,  Kr = k r

@@ -8,7 +8,7 @@
 // per chunk and head, double-buffered by cp.async) and keeps 06's state pass. What is left per
 // chunk is element-wise work and three tensor-core phases, with four barriers instead of eight.
 // Compared with the three-kernel form (02 -> 03 -> 05), the workspace is T and Aqk only (05 read
-// W, U, Qg, Kd and Aqk back from DRAM: 1.5 GB at T = 16384 against 134 MB here).
+// W, U, Qg, Kd and Aqk back from DRAM: 4K + C floats per token and head against 2C words here).
 //
 // Per chunk of C = 32 rows (S the state at the chunk's start, G = cumsum(g) in base 2, L the last
 // row, rows past T zero):

@@ -1,12 +1,12 @@
 // 09 — chunked KDA, 08's recurrence with warp specialisation: eight producer warps build chunk
 // n+1's operands while eight consumer warps run chunk n's tensor-core phases.
 //
-// What changed from 08, and why. In 08 every warp does every phase, one after the other: Nsight
-// Compute puts the element-wise phase (P1: cumulative gates, two exp2 per element, three bf16
-// splits) at about a third of the time, with the tensor pipe idle, and the tensor-core phases at
-// the rest with the ALUs mostly idle; with two warps per scheduler neither hides the other's
-// latency. Here P1 runs on warps 8-15 one chunk ahead of the state pass on warps 0-7, into a
-// second set of operand buffers (double buffering: 217 KB of shared memory at K = V = 128), so
+// What changed from 08, and why. In 08 every warp does every phase, one after the other: the
+// element-wise phase (P1: cumulative gates, two exp2 per element, three bf16 splits) leaves the
+// tensor pipe idle and the tensor-core phases leave the ALUs mostly idle, and with two warps per
+// scheduler neither hides the other's latency (notebook 13's Nsight Compute table: 08 stalls
+// mostly on short scoreboards). Here P1 runs on warps 8-15 one chunk ahead of the state pass on warps 0-7, into a
+// second set of operand buffers (double buffering: 218 KiB of shared memory at K = V = 128), so
 // the two phases overlap on every SM sub-partition. Named barriers hand the buffers over:
 //   FULL[b]  producers arrive when buffer b holds chunk n's operands; consumers sync before S1
 //   EMPTY[b] consumers arrive after S3 of chunk n; producers sync before filling b with chunk n+2
