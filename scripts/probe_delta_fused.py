@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Quick GPU probe of the fused KDA kernel (06) before notebook 07 records it.
+"""Quick GPU probe of the 3xBF16 KDA kernels (06; 07 -> 08; 07 -> 09) before notebook 13 records them.
 
     PYTHONPATH=lib python scripts/probe_delta_fused.py [--T 4096 16384] [--out DIR] [--no-fla]
+                                                       [--skip-correctness] [--budget S]
 
-Correctness of 06 on small edge shapes and at the target shape against a float64 reference, then
-latency at B=2, H=16, K=V=128 beside the three-kernel chunked form (02 -> 03 -> 05), the recurrent
-kernel and fla's chunk_kda (bf16 and fp32 inputs), all timed in this one run. Prints tables and
-writes them as CSV to --out (default $OUT or /tmp). Not a recorded run: notebook 07 records the
-figures the lab quotes.
+Correctness of every implementation (both value-block widths) on small edge shapes and at the
+target shape against a float64 reference, then latency at B=2, H=16, K=V=128 beside the three-kernel
+chunked form (02 -> 03 -> 05), the recurrent kernel and fla's chunk_kda (bf16 and fp32 inputs), all
+timed in this one run. Prints tables and writes them as CSV to --out (default $OUT or /tmp). Not a
+recorded run: notebook 13 records the figures the lab quotes.
 """
 
 from __future__ import annotations
