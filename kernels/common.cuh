@@ -82,4 +82,27 @@ static __device__ __forceinline__ void named_bar_sync(int id, int n) {
 static __device__ __forceinline__ void named_bar_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+// ---- thread-block clusters (sm_90): the block's rank in its cluster, a barrier over every thread
+// of the cluster (release/acquire: shared-memory writes before it, local or to another block's
+// shared memory, are visible after it), and a generic pointer to the same offset in another
+// block's shared memory (distributed shared memory: plain loads and stores reach it).
+static __device__ __forceinline__ unsigned cluster_ctarank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+static __device__ __forceinline__ unsigned cluster_nctarank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+static __device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+template <class T>
+static __device__ __forceinline__ T* cluster_map_shared(T* p, unsigned rank) {
+    unsigned long long r;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(reinterpret_cast<unsigned long long>(p)), "r"(rank));
+    return reinterpret_cast<T*>(r);
+}
 #endif  // ATTNLAB_HOST_EMULATION

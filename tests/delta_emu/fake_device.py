@@ -165,7 +165,7 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     prelude = ('#define KDA_HOST_EMULATION 1\n'
                'inline unsigned long long g_kda_smem_bytes = 0;\n'
                'inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }\n'
-               '#define KDA_DYNAMIC_SHARED(name) float* name = smem\n'
+               '#define KDA_DYNAMIC_SHARED(name) float* name = emu_dynamic_smem()\n'
                '#define __trap() (std::fprintf(stderr, "__trap()\\n"), std::abort())\n') if ladder else ""
     launch = ('    g_kda_smem_bytes = smem;\n'
               '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n') if ladder else \

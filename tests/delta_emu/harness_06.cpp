@@ -9,7 +9,7 @@
 #define KDA_HOST_EMULATION 1
 inline size_t g_kda_smem_bytes = 0;
 inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
-#define KDA_DYNAMIC_SHARED(name) float* name = smem
+#define KDA_DYNAMIC_SHARED(name) float* name = emu_dynamic_smem()
 #define __trap() (std::fprintf(stderr, "__trap() at %s:%d\n", __FILE__, __LINE__), std::abort())
 
 #include "delta/06_chunk_fused_tc.cu"

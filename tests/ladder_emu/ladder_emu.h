@@ -71,13 +71,16 @@ struct EmuBlock {
     std::vector<std::unique_ptr<EmuWarp>> warps;
     EmuNamedBar named[16];
 };
-inline EmuBlock* g_block = nullptr;
+// The calling thread's block. (Thread-local, and not named g_block: tests/delta_emu/cuda_emu.h has
+// a process-wide g_block, and GCC gives inline variables unique symbols that the dynamic linker
+// binds across libraries, so two models loaded into one Python process would share it.)
+inline thread_local EmuBlock* emu_cur_block = nullptr;
 
-inline void __syncthreads() { g_block->bar->arrive_and_wait(); }
+inline void __syncthreads() { emu_cur_block->bar->arrive_and_wait(); }
 // Named barriers (kernels/common.cuh): every thread of the subset calls; sync waits, arrive does not.
 inline void emu_named_bar(int id, int n, bool wait) {
     if (id <= 0 || id >= 16 || n <= 0 || n % 32 != 0) { std::fprintf(stderr, "bad named barrier %d, %d\n", id, n); std::abort(); }
-    EmuNamedBar& b = g_block->named[id];
+    EmuNamedBar& b = emu_cur_block->named[id];
     std::unique_lock<std::mutex> lk(b.m);
     const unsigned gen = b.gen;
     if (++b.count == n) { b.count = 0; ++b.gen; b.cv.notify_all(); return; }
@@ -88,7 +91,7 @@ inline void named_bar_arrive(int id, int n) { emu_named_bar(id, n, false); }
 
 inline float __shfl_xor_sync(unsigned, float x, int offset) {
     const unsigned lane = threadIdx.x % 32;
-    EmuWarp& w = *g_block->warps[threadIdx.x / 32];
+    EmuWarp& w = *emu_cur_block->warps[threadIdx.x / 32];
     w.buf[lane] = x;
     w.bar.arrive_and_wait();          // everyone has published
     const float r = w.buf[lane ^ offset];
@@ -98,7 +101,7 @@ inline float __shfl_xor_sync(unsigned, float x, int offset) {
 inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __uint_as_float(unsigned u) { return __int_as_float(u); }
 inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
-inline void __syncwarp(unsigned = 0xffffffffu) { g_block->warps[threadIdx.x / 32]->bar.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_cur_block->warps[threadIdx.x / 32]->bar.arrive_and_wait(); }
 inline float fast_exp2(float x) { return std::exp2(x); }
 
 // ---- cp.async (kernels/common.cuh): each copy's source is read at issue, its destination written
@@ -159,7 +162,7 @@ inline unsigned pack_f16x2(float lo, float hi) { return emu_float_to_f16(lo) | (
 #ifndef EMU_MMA_BLOCK
 #define EMU_MMA_BLOCK 0
 #endif
-inline EmuWarp& emu_warp() { return *g_block->warps[threadIdx.x / 32]; }
+inline EmuWarp& emu_warp() { return *emu_cur_block->warps[threadIdx.x / 32]; }
 // double -> float rounded toward zero (a NaN or infinity passes through).
 inline float emu_float_rz(double x) {
     float f = (float)x;
@@ -297,11 +300,12 @@ inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const st
         blk.bar = std::make_unique<std::barrier<>>(threads);
         for (unsigned w = 0; w < threads / 32; ++w) blk.warps.push_back(std::make_unique<EmuWarp>());
         std::fill(smem, smem + smem_bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
-        g_block = &blk;
+        emu_cur_block = &blk;
         std::vector<std::thread> pool;
         pool.reserve(threads);
         for (unsigned t = 0; t < threads; ++t) {
             pool.emplace_back([&, t, b] {
+                emu_cur_block = &blk;
                 threadIdx = dim3{t, 0, 0};
                 blockIdx = dim3{b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
                 kernel();
@@ -317,11 +321,92 @@ inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const st
                 std::fprintf(stderr, "named barrier %d left with %d pending arrivals\n", id, blk.named[id].count);
                 std::abort();
             }
-        g_block = nullptr;
+        emu_cur_block = nullptr;
     }
 }
 inline void emu_launch(unsigned grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
     emu_launch3(dim3{grid, 1, 1}, threads, smem_bytes, kernel);
+}
+
+// ---- thread-block clusters (kernels/common.cuh: cluster_ctarank, cluster_sync, cluster_map_shared).
+// emu_launch_cluster runs the blocks of each cluster (cluster_x consecutive blocks along x) at the
+// same time, each with its own dynamic shared memory (emu_dynamic_smem(); NaN-poisoned); a
+// cluster barrier waits for every thread of the cluster, and cluster_map_shared turns an address
+// in the calling block's shared memory into the same offset in another block's (DSMEM).
+struct EmuCluster {
+    std::unique_ptr<std::barrier<>> bar;
+    std::vector<float*> smem;
+};
+inline thread_local EmuCluster* g_cluster = nullptr;
+inline thread_local unsigned g_cluster_rank = 0;
+inline thread_local float* g_block_smem = nullptr;       // this block's dynamic shared memory
+// The dynamic shared memory of the calling block: its own array in a cluster launch, else `smem`.
+inline float* emu_dynamic_smem() { return g_block_smem ? g_block_smem : smem; }
+inline unsigned cluster_ctarank() { return g_cluster ? g_cluster_rank : 0u; }
+inline unsigned cluster_nctarank() { return g_cluster ? (unsigned)g_cluster->smem.size() : 1u; }
+inline void cluster_sync() {
+    if (g_cluster) g_cluster->bar->arrive_and_wait();
+    else __syncthreads();
+}
+template <class T>
+inline T* cluster_map_shared(T* p, unsigned rank) {
+    if (!g_cluster || rank >= g_cluster->smem.size()) {
+        std::fprintf(stderr, "cluster_map_shared: rank %u outside the cluster\n", rank);
+        std::abort();
+    }
+    const std::ptrdiff_t off = reinterpret_cast<char*>(p) - reinterpret_cast<char*>(g_block_smem);
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(g_cluster->smem[rank]) + off);
+}
+inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, size_t smem_bytes,
+                               const std::function<void()>& kernel) {
+    if (threads % 32 != 0 || cluster_x == 0 || grid.x % cluster_x != 0) {
+        std::fprintf(stderr, "bad cluster launch: %u threads, cluster of %u, grid.x %u\n", threads, cluster_x, grid.x);
+        std::abort();
+    }
+    gridDim = grid;
+    blockDim = dim3{threads, 1, 1};
+    const unsigned nblocks = grid.x * grid.y * grid.z;
+    for (unsigned b0 = 0; b0 < nblocks; b0 += cluster_x) {
+        EmuCluster cl;
+        cl.bar = std::make_unique<std::barrier<>>(cluster_x * threads);
+        std::vector<std::vector<float>> mem(cluster_x, std::vector<float>(smem_bytes / sizeof(float) + 4,
+                                                                         std::numeric_limits<float>::quiet_NaN()));
+        std::vector<EmuBlock> blks(cluster_x);
+        for (unsigned r = 0; r < cluster_x; ++r) {
+            cl.smem.push_back(mem[r].data());
+            blks[r].bar = std::make_unique<std::barrier<>>(threads);
+            for (unsigned w = 0; w < threads / 32; ++w) blks[r].warps.push_back(std::make_unique<EmuWarp>());
+        }
+        std::vector<std::thread> pool;
+        pool.reserve(cluster_x * threads);
+        for (unsigned r = 0; r < cluster_x; ++r) {
+            const unsigned b = b0 + r;
+            for (unsigned t = 0; t < threads; ++t) {
+                pool.emplace_back([&, r, t, b] {
+                    emu_cur_block = &blks[r];
+                    g_cluster = &cl;
+                    g_cluster_rank = r;
+                    g_block_smem = cl.smem[r];
+                    threadIdx = dim3{t, 0, 0};
+                    blockIdx = dim3{b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+                    kernel();
+                    if (!emu_open.empty() || !emu_groups.empty()) {
+                        std::fprintf(stderr, "thread %u ended with cp.async copies never waited for\n", t);
+                        std::abort();
+                    }
+                    g_cluster = nullptr;
+                    g_block_smem = nullptr;
+                });
+            }
+        }
+        for (auto& th : pool) th.join();
+        for (unsigned r = 0; r < cluster_x; ++r)
+            for (int id = 1; id < 16; ++id)
+                if (blks[r].named[id].count != 0) {
+                    std::fprintf(stderr, "named barrier %d left with %d pending arrivals\n", id, blks[r].named[id].count);
+                    std::abort();
+                }
+    }
 }
 
 // ---- raw float32 files for the harnesses (tests/ladder_emu/harness*.cpp)
