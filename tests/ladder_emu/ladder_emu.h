@@ -286,6 +286,25 @@ inline bool __any_sync(unsigned, bool p) {
 }
 inline unsigned __shfl_sync(unsigned, unsigned x, int src) { return emu_shfl(x, src); }
 
+// One CUDA thread of block b: its indices, the kernel, then no cp.async copy may be left unwaited.
+inline void emu_run_thread(const std::function<void()>& kernel, dim3 grid, unsigned t, unsigned b) {
+    threadIdx = dim3{t, 0, 0};
+    blockIdx = dim3{b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+    kernel();
+    if (!emu_open.empty() || !emu_groups.empty()) {
+        std::fprintf(stderr, "thread %u ended with cp.async copies never waited for\n", t);
+        std::abort();
+    }
+}
+// A finished block may leave no named barrier with arrivals that nothing consumed.
+inline void emu_check_named_barriers(const EmuBlock& blk) {
+    for (int id = 1; id < 16; ++id)
+        if (blk.named[id].count != 0) {
+            std::fprintf(stderr, "named barrier %d left with %d pending arrivals\n", id, blk.named[id].count);
+            std::abort();
+        }
+}
+
 // Run grid blocks in turn (x fastest), each with `threads` OS threads executing `kernel`.
 inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
     if (threads % 32 != 0 || smem_bytes > sizeof(smem)) {
@@ -306,21 +325,11 @@ inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const st
         for (unsigned t = 0; t < threads; ++t) {
             pool.emplace_back([&, t, b] {
                 emu_cur_block = &blk;
-                threadIdx = dim3{t, 0, 0};
-                blockIdx = dim3{b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
-                kernel();
-                if (!emu_open.empty() || !emu_groups.empty()) {
-                    std::fprintf(stderr, "thread %u ended with cp.async copies never waited for\n", t);
-                    std::abort();
-                }
+                emu_run_thread(kernel, grid, t, b);
             });
         }
         for (auto& th : pool) th.join();
-        for (int id = 1; id < 16; ++id)
-            if (blk.named[id].count != 0) {
-                std::fprintf(stderr, "named barrier %d left with %d pending arrivals\n", id, blk.named[id].count);
-                std::abort();
-            }
+        emu_check_named_barriers(blk);
         emu_cur_block = nullptr;
     }
 }
@@ -387,25 +396,14 @@ inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, 
                     g_cluster = &cl;
                     g_cluster_rank = r;
                     g_block_smem = cl.smem[r];
-                    threadIdx = dim3{t, 0, 0};
-                    blockIdx = dim3{b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
-                    kernel();
-                    if (!emu_open.empty() || !emu_groups.empty()) {
-                        std::fprintf(stderr, "thread %u ended with cp.async copies never waited for\n", t);
-                        std::abort();
-                    }
+                    emu_run_thread(kernel, grid, t, b);
                     g_cluster = nullptr;
                     g_block_smem = nullptr;
                 });
             }
         }
         for (auto& th : pool) th.join();
-        for (unsigned r = 0; r < cluster_x; ++r)
-            for (int id = 1; id < 16; ++id)
-                if (blks[r].named[id].count != 0) {
-                    std::fprintf(stderr, "named barrier %d left with %d pending arrivals\n", id, blks[r].named[id].count);
-                    std::abort();
-                }
+        for (auto& blk : blks) emu_check_named_barriers(blk);
     }
 }
 
