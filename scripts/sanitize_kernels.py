@@ -58,6 +58,7 @@ def delta_plan() -> list[dict]:
 
 def delta_worker() -> int:
     import cupy as cp
+    import numpy as np
 
     from attnlab.delta import kernels as dk, random_inputs
     from attnlab.env import device_name
@@ -85,7 +86,6 @@ def delta_worker() -> int:
         # make the copy of its 1-byte result look uninitialised).
         o, s = plan.run()
         cp.cuda.Device().synchronize()
-        import numpy as np
         ok = bool(np.isfinite(o.get()).all() and np.isfinite(s.get()).all())
         bad += not ok
         print(f"[sanitize] ran delta {p['steps']} K={K}: {'all outputs written' if ok else 'NON-FINITE OUTPUT'}",

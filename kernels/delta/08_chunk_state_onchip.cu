@@ -6,7 +6,7 @@
 // for the one-warp inverse every chunk. 07 now does that work once per (chunk, head), in parallel
 // over the sequence; this kernel reads its result (T and Aqk, already split into bf16 pairs; 8 KB
 // per chunk and head, double-buffered by cp.async) and keeps 06's state pass. What is left per
-// chunk is element-wise work and three tensor-core phases, with four barriers instead of eight.
+// chunk is element-wise work and three tensor-core phases, with five block barriers per chunk instead of 06's eight.
 // Compared with the three-kernel form (02 -> 03 -> 05), the workspace is T and Aqk only (05 read
 // W, U, Qg, Kd and Aqk back from DRAM: 4K + C floats per token and head against 2C words here).
 //
