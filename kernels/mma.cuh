@@ -89,8 +89,9 @@ static __device__ __forceinline__ float fast_exp2(float x) {
 }
 #endif  // ATTNLAB_HOST_EMULATION
 
-// One 16-byte chunk of 16-bit values (a uint4 that the CPU model compiles too).
+// One 16-byte chunk of 16-bit values (a uint4 that the CPU model compiles too), and half of one.
 struct alignas(16) U4 { unsigned x, y, z, w; };
+struct alignas(8) U2 { unsigned x, y; };
 
 // The m16n8k16 MMA and the two-value packing of either 16-bit type, chosen at compile time.
 template <bool BF16>

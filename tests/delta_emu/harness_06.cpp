@@ -1,11 +1,11 @@
-// Runs kernels/delta/06_chunk_fused_tc.cu, 07 -> 08 and 07 -> 09 on the CPU model of tests/ladder_emu/ladder_emu.h (which
-// defers every cp.async copy to the wait that retires it, and models the tensor core's bf16 MMA
-// with its fp32 accumulation), for one compile-time configuration.
+// Runs kernels/delta/06_chunk_fused_tc.cu, 07 -> 08, 07 -> 09 and 07 -> 10 on the CPU model of
+// tests/ladder_emu/ladder_emu.h (which defers every cp.async copy to the wait that retires it, and
+// models the tensor core's bf16 MMA with its fp32 accumulation), for one compile-time configuration.
 // Build: g++ -std=c++20 -O1 -pthread -include tests/ladder_emu/ladder_emu.h -I kernels
 //        -DEMU_K=.. -DEMU_V=.. -DEMU_BV=.. tests/delta_emu/harness_06.cpp
 // Run:   harness_06 DIR B T H SCALE HAS_H0
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes fz_o, fz_ht (06, one
-// kernel), ts_o, ts_ht (07 then 08) and ws_o, ws_ht (07 then 09) there.
+// kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09) and ln_o, ln_ht (07 then 10) there.
 #define KDA_HOST_EMULATION 1
 inline size_t g_kda_smem_bytes = 0;
 inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
@@ -16,6 +16,7 @@ inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
 #include "delta/07_chunk_prep_tc.cu"
 #include "delta/08_chunk_state_onchip.cu"
 #include "delta/09_chunk_state_ws.cu"
+#include "delta/10_chunk_state_lean.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -68,5 +69,16 @@ int main(int argc, char** argv) {
     });
     write_f32(dir + "/ws_o", o3);
     write_f32(dir + "/ws_ht", ht3);
+
+    // 07 -> 10 (same workspace)
+    std::vector<float> o4(nv, nan), ht4(ns, nan);
+    using LL = KdaLeanLayout<K, V, C, BV>;
+    g_kda_smem_bytes = LL::WORDS * 4;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LL::NTH, g_kda_smem_bytes, [&] {
+        kda_chunk_state_lean<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
+                                          has_h0 ? h0.data() : nullptr, o4.data(), ht4.data(), T, H, scale);
+    });
+    write_f32(dir + "/ln_o", o4);
+    write_f32(dir + "/ln_ht", ht4);
     return 0;
 }

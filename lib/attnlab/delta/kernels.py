@@ -9,8 +9,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (tensor cores, 3xTF32; chunks of 16/32/64 on sm_80+) or ``04_chunk_state.cu`` (fp32 FMAs, any
   chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``;
 * :func:`kda_tc` — tensor cores with 3xBF16 products, chunks of 32, sm_80+ (notebook 13):
-  ``07_chunk_prep_tc.cu`` → ``09_chunk_state_ws.cu`` (``impl="ws"``, the default), → ``08`` (``"split"``),
-  or ``06_chunk_fused_tc.cu`` alone (``"fused"``).
+  ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``09``
+  (``"ws"``) or → ``08`` (``"split"``); or ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
 Every kernel is a step of :data:`DELTA_KERNELS`, the family's registry.
 
@@ -48,7 +48,7 @@ RECURRENT_WARPS = 4
 FUSED_CHUNK = 32                 # 06 inverts two 16 x 16 blocks: chunks of 32 rows
 FUSED_MIN_CC = 80                # bf16 mma.sync and cp.async: sm_80+
 FUSED_THREADS = 256
-WS_THREADS = 512                 # 09: eight consumer warps, eight producer warps
+WS_THREADS = 512                 # 09, 10: eight consumer warps, eight producer warps
 
 
 # ----------------------------------------------------------------------------- registry
@@ -85,15 +85,17 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "06's state pass reading 07's T and Aqk: element-wise operands rebuilt on chip"),
     DeltaKernel("09", "delta/09_chunk_state_ws.cu", "kda_chunk_state_ws", "tc", "recurrence, warp-specialised", 80,
                 "08 with 8 producer warps building chunk n+1 while 8 consumer warps run chunk n"),
+    DeltaKernel("10", "delta/10_chunk_state_lean.cu", "kda_chunk_state_lean", "tc", "recurrence, lean producers", 80,
+                "09 with q, k, g read into registers (no staging) and conflict-free swizzled Kd^T stores"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
-    """The registry entry of a step ("01" ... "09"); a one-line error for an unknown one."""
+    """The registry entry of a step ("01" ... "10"); a one-line error for an unknown one."""
     for k in DELTA_KERNELS:
         if k.step == step:
             return k
@@ -498,15 +500,21 @@ def ws_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return 3 * C * K + C * BV + 2 * pbuf + 2 * BV * LK + 4 * BV * LC + NQ * K + C
 
 
+def lean_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_lean`` (10) in words (mirrors ``KdaLeanLayout``):
+    09's without the q, k, g staging."""
+    return ws_smem_words(K, V, BV, C) - 3 * C * K
+
+
 def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
     """07's output, 08's input: per (b, h, chunk) T hi, T lo, Aqk hi, Aqk lo as C x C/2 words."""
     return (B, H, -(-T // C), 4, C, C // 2)
 
 
 def check_tc_device(compute_capability: int) -> None:
-    """06-08 need bf16 mma.sync, ldmatrix and cp.async (sm_80+): a one-line error elsewhere."""
+    """06-10 need bf16 mma.sync, ldmatrix and cp.async (sm_80+): a one-line error elsewhere."""
     if compute_capability < FUSED_MIN_CC:
-        raise ValueError(f"kda_tc (kernels 06-08, bf16 tensor cores) needs compute capability >= "
+        raise ValueError(f"kda_tc (kernels 06-10, bf16 tensor cores) needs compute capability >= "
                          f"{FUSED_MIN_CC / 10:.1f}, this GPU has {compute_capability / 10:.1f}; "
                          "use kda_chunk(..., state='simt')")
 
@@ -514,9 +522,9 @@ def check_tc_device(compute_capability: int) -> None:
 @dataclass
 class TcPlan:
     """Validated inputs, outputs, workspace and launch configurations of the 3xBF16 kernels:
-    ``impl="ws"`` runs 07 (token-parallel: pair products, inverse) then 09 (the recurrence, warp-
-    specialised); ``"split"`` 07 then 08 (the same recurrence, every warp in every phase);
-    ``"fused"`` 06 alone (everything in the recurrence, no workspace)."""
+    ``impl="lean"`` runs 07 (token-parallel: pair products, inverse) then 10 (the recurrence, warp-
+    specialised, lean producers); ``"ws"`` 07 then 09; ``"split"`` 07 then 08 (the same recurrence,
+    every warp in every phase); ``"fused"`` 06 alone (everything in the recurrence, no workspace)."""
     arrays: dict
     dims: tuple
     scale: np.float32
@@ -538,9 +546,8 @@ class TcPlan:
         if self.impl == "fused":
             return {"fused": dict(grid=(V // self.bv, H, B), block=(FUSED_THREADS, 1, 1),
                                   smem=4 * fused_smem_words(K, V, self.bv))}
-        state = (dict(grid=(V // self.bv, H, B), block=(WS_THREADS, 1, 1), smem=4 * ws_smem_words(K, V, self.bv))
-                 if self.impl == "ws" else
-                 dict(grid=(V // self.bv, H, B), block=(FUSED_THREADS, 1, 1), smem=4 * onchip_smem_words(K, V, self.bv)))
+        _, _, threads, words = STATE_IMPLS[self.impl]
+        state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1), smem=4 * words(K, V, self.bv))
         return {"prep": dict(grid=(NC, H, B), block=(FUSED_THREADS, 1, 1), smem=4 * prep_smem_words(K)),
                 "state": state}
 
@@ -578,13 +585,21 @@ class TcPlan:
         return int(sum(x.nbytes for x in self.ws.values()))
 
 
-SUPPORTED_TC_IMPL = ("ws", "split", "fused")
+#: The recurrence kernel after 07 of each two-kernel impl: source, function, threads, shared words.
+STATE_IMPLS = {
+    "lean": (LEAN_SRC, "kda_chunk_state_lean", WS_THREADS, lean_smem_words),
+    "ws": (WS_SRC, "kda_chunk_state_ws", WS_THREADS, ws_smem_words),
+    "split": (ONCHIP_SRC, "kda_chunk_state_onchip", FUSED_THREADS, onchip_smem_words),
+}
+SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
+DEFAULT_TC_IMPL = "lean"
 
 
 def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                output_final_state: bool = False, bv: int | None = None, check_gate: bool = True,
-               impl: str = "ws") -> TcPlan:
-    """Validate, allocate and compile once; ``run()`` only launches (07 -> 09, 07 -> 08, or 06)."""
+               impl: str = DEFAULT_TC_IMPL, defines: dict | None = None) -> TcPlan:
+    """Validate, allocate and compile once; ``run()`` only launches (07 -> 10, 07 -> 09, 07 -> 08, or
+    06). ``defines`` go to the recurrence kernel's compiler (probe builds only)."""
     if impl not in SUPPORTED_TC_IMPL:
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     import cupy as cp
@@ -605,12 +620,11 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         kernels["fused"].max_dynamic_shared_size_bytes = 4 * fused_smem_words(K, V, bv)
         ws = {}
     else:
-        src, fn, words = ((WS_SRC, "kda_chunk_state_ws", ws_smem_words(K, V, bv)) if impl == "ws" else
-                          (ONCHIP_SRC, "kda_chunk_state_onchip", onchip_smem_words(K, V, bv)))
+        src, fn, _, words = STATE_IMPLS[impl]
         kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", (K, C)),
-                   "state": load_kernel(src, fn, (K, V, C, bv))}
+                   "state": load_kernel(src, fn, (K, V, C, bv), defines=defines)}
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K)
-        kernels["state"].max_dynamic_shared_size_bytes = 4 * words
+        kernels["state"].max_dynamic_shared_size_bytes = 4 * words(K, V, bv)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
     o = cp.empty((B, T, H, V), dtype=cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
@@ -618,9 +632,10 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 
 
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
-           output_final_state: bool = False, bv: int | None = None, impl: str = "ws"):
+           output_final_state: bool = False, bv: int | None = None, impl: str = DEFAULT_TC_IMPL):
     """Chunked KDA on tensor cores with 3xBF16 products (fp32 in and out, fp32-class accuracy):
-    07 -> 09 (``impl="ws"``, default), 07 -> 08 (``"split"``) or 06 (``"fused"``). Returns CuPy
+    07 -> 10 (``impl="lean"``, default), 07 -> 09 (``"ws"``), 07 -> 08 (``"split"``) or 06
+    (``"fused"``). Returns CuPy
     ``(o, final_state or None)``."""
     return prepare_tc(q, k, v, g, beta, scale, initial_state, output_final_state, bv, impl=impl).run()
 
@@ -649,4 +664,5 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((FUSED_SRC, "kda_chunk_fused", (K, V, FUSED_CHUNK, bv)))
             out.append((ONCHIP_SRC, "kda_chunk_state_onchip", (K, V, FUSED_CHUNK, bv)))
             out.append((WS_SRC, "kda_chunk_state_ws", (K, V, FUSED_CHUNK, bv)))
+            out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv)))
     return out

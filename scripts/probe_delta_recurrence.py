@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""GPU probe of the 3xBF16 recurrence kernels (09, 10, ...) before notebook 13 records them.
+
+    PYTHONPATH=lib python scripts/probe_delta_recurrence.py [--T 4096 16384] [--out DIR] [--no-fla] [--ncu]
+
+1. Bit-for-bit agreement of every two-kernel impl with 07 -> 08 (they share 08's arithmetic) on edge
+   shapes and the target shape, and their error vs the float64 recurrence on the small ones.
+2. Median latency at B=2, H=16, K=V=128 of each impl (07 + recurrence) and of each recurrence alone,
+   plus the probe builds of 10 (KDA_PROBE=1: consumers idle, the producers' time alone; KDA_PROBE=2:
+   producers' arithmetic idle, the consumers' time alone), beside fla's chunk_kda in bf16, timed in
+   this one run.
+3. With --ncu: shared-memory wavefronts and bank conflicts, pipe utilisation and stall reasons of
+   each recurrence kernel at T=4096 (Nsight Compute, boost clocks).
+
+Writes CSVs to --out (default $OUT or /tmp). Not a recorded run: notebook 13 records what the lab quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnlab.arrays import rel_error
+from attnlab.delta import bench as db
+from attnlab.delta import kernels as dk
+from attnlab.delta.naive import kda_recurrent_fp64
+
+TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split"]
+PROBES = {"10 producers alone (KDA_PROBE=1)": ("lean", {"KDA_PROBE": 1}),
+          "10 consumers alone (KDA_PROBE=2)": ("lean", {"KDA_PROBE": 2})}
+NCU_METRICS = (
+    "gpu__time_duration.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum", "l1tex__data_pipe_lsu_wavefronts.sum",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active", "sm__inst_issued.avg.pct_of_peak_sustained_active",
+    "sm__cycles_elapsed.avg", "launch__registers_per_thread", "dram__bytes_read.sum", "lts__t_bytes.sum",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+)
+
+
+def correctness(target_T: int) -> pd.DataFrame:
+    rows = []
+    cases = [dict(B=2, T=T, H=3, K=K, V=K, gate=gate, init=init)
+             for K in (64, 128) for T in (1, 17, 333)
+             for gate, init in (("logsigmoid", True), ("const", True), ("mixed", False), ("strong", True))]
+    cases.append(dict(B=2, T=target_T, H=16, K=128, V=128, gate="logsigmoid", init=True))
+    for i, c in enumerate(cases):
+        _, d = db.device_inputs(c["B"], c["T"], c["H"], c["K"], c["V"], seed=200 + i, gate=c["gate"], init=c["init"])
+        small = c["T"] < 1000
+        ref = kda_recurrent_fp64(**d, output_final_state=True) if small else None
+        for bv in dk.SUPPORTED_BV:
+            outs = {}
+            for impl in dk.STATE_IMPLS:
+                plan = dk.prepare_tc(**d, output_final_state=True, bv=bv, check_gate=False, impl=impl)
+                plan.poison()
+                o, s = plan.run()
+                outs[impl] = (o.get(), s.get())
+                del plan
+            for impl in TWO_KERNEL:
+                same = all(np.array_equal(a, b) for a, b in zip(outs[impl], outs["split"]))
+                row = dict(**c, impl=impl, bv=bv, bitwise_eq_08=same)
+                if ref is not None:
+                    row.update(rel_err_o=rel_error(outs[impl][0], ref[0]), rel_err_state=rel_error(outs[impl][1], ref[1]))
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def latency(T_list, budget: float, with_fla: bool) -> pd.DataFrame:
+    B, H, K, V = 2, 16, 128, 128
+    rows = []
+    chunk_kda = db.fla_functions()[0] if with_fla else None
+    for T in T_list:
+        _, d = db.device_inputs(B, T, H, K, V, seed=T)
+        for impl in TWO_KERNEL:
+            p = dk.prepare_tc(**d, check_gate=False, impl=impl)
+            rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}", config=f"BV={p.bv}", T=T))
+            rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget, implementation=f"{impl} recurrence alone",
+                                  config=f"BV={p.bv}", T=T))
+            if impl == TWO_KERNEL[0]:
+                rows.append(db._timed(lambda p=p: p.run(stages=(1,)), budget, implementation="07 alone",
+                                      config=f"BV={p.bv}", T=T))
+            del p
+        for label, (impl, defines) in PROBES.items():
+            p = dk.prepare_tc(**d, check_gate=False, impl=impl, defines=defines)
+            rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget, implementation=label, config=f"BV={p.bv}", T=T))
+            del p
+        if chunk_kda is not None:
+            import torch
+
+            t = {n: torch.from_dlpack(a).to(torch.bfloat16).contiguous() for n, a in d.items()}
+
+            def call(t=t):
+                with torch.no_grad():
+                    return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+            rows.append(db._timed(call, budget, implementation="fla chunk_kda bf16", config="", T=T))
+            del t
+    df = pd.DataFrame(rows)
+    return df[["implementation", "config", "T", "median_ms", "rel_iqr"]]
+
+
+NCU_TARGET = """
+import sys
+from attnlab.delta import bench as db, kernels as dk
+_, d = db.device_inputs(2, {T}, 16, 128, 128, seed=0)
+for impl in {impls!r}:
+    p = dk.prepare_tc(**d, check_gate=False, impl=impl)
+    p.run(stages=(1,))
+    p.run(stages=(2,))
+import cupy as cp; cp.cuda.Device().synchronize()
+"""
+
+
+def ncu_counters(out: Path, T: int = 4096) -> pd.DataFrame | None:
+    from attnlab import ncu
+
+    exe = ncu.ncu_path()
+    if exe is None:
+        print("ncu not found: no counters", flush=True)
+        return None
+    target = out / "ncu_target.py"
+    target.write_text(NCU_TARGET.format(T=T, impls=TWO_KERNEL))
+    cmd = ncu.build_command([sys.executable, str(target)], metrics=NCU_METRICS, kernel_regex="kda_chunk_state",
+                            ncu=exe)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    (out / "ncu_raw.csv").write_text(res.stdout)
+    if res.returncode != 0:
+        print(res.stderr[-3000:], flush=True)
+        return None
+    tidy = ncu.parse_raw_csv(res.stdout)
+    return tidy
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
+    ap.add_argument("--budget", type=float, default=0.3)
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--skip-correctness", action="store_true")
+    ap.add_argument("--ncu", action="store_true")
+    a = ap.parse_args()
+    out = Path(a.out)
+    pd.set_option("display.width", 220)
+    if not a.skip_correctness:
+        c = correctness(max(a.T))
+        c.to_csv(out / "state_correctness.csv", index=False)
+        print(c.to_string(), flush=True)
+        print("all bitwise equal to 07 -> 08:", bool(c["bitwise_eq_08"].all()),
+              " worst rel err o:", c["rel_err_o"].max(), " state:", c["rel_err_state"].max(), flush=True)
+    lat = latency(a.T, a.budget, not a.no_fla)
+    lat.to_csv(out / "state_latency.csv", index=False)
+    print(lat.to_string(), flush=True)
+    if a.ncu:
+        tidy = ncu_counters(out)
+        if tidy is not None:
+            tidy.to_csv(out / "state_ncu.csv", index=False)
+            from attnlab import ncu
+
+            w = ncu.wide(tidy)
+            print(w.T.to_string(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
