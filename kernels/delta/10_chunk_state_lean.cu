@@ -25,8 +25,26 @@
 // Probe builds only (scripts/probe_delta_recurrence.py): KDA_PROBE=1 idles the consumers (they
 // only hand the buffers back), KDA_PROBE=2 idles the producers' arithmetic (copies and barriers
 // stay), so the time of each side alone can be measured. A probe build's results are meaningless.
+// KDA_PROBE=3 computes normally and records, in lane 0 of every warp of block (0, 0, 0), the SM
+// clock at each phase boundary of the first KDA_NSTAMP chunks (into ht, which it does not write).
 #ifndef KDA_PROBE
 #define KDA_PROBE 0
+#endif
+#define KDA_NSTAMP 48
+#ifndef KDA_PREFETCH
+#define KDA_PREFETCH 0
+#endif
+#if KDA_PROBE == 3
+#define KDA_STAMP(j)                                                                                \
+    do {                                                                                            \
+        if (lane == 0 && n < KDA_NSTAMP && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && ht) { \
+            long long now_;                                                                         \
+            asm volatile("mov.u64 %0, %%clock64;" : "=l"(now_));                                   \
+            ht[(warp * KDA_NSTAMP + n) * 8 + (j)] = (float)(now_ - stamp0_);                        \
+        }                                                                                           \
+    } while (0)
+#else
+#define KDA_STAMP(j) do { } while (0)
 #endif
 
 #include "mma.cuh"
@@ -105,6 +123,10 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
     const long long TT = T;
     const long long bh = (long long)b * H + h;
     const int NC = (T + C - 1) / C;
+#if KDA_PROBE == 3
+    long long stamp0_;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(stamp0_));
+#endif
 
     if (warp >= NWC) {
         // ================================================ producers: copies and P1, one chunk ahead
@@ -159,6 +181,23 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
             }
             cp_async_commit();
         };
+        // L2 prefetch of chunk m: its q, k, g rows (K floats each), v rows (BV floats) and 07's words
+        auto prefetch_chunk = [&](int m) {
+            constexpr int LPR = K / 32, QKG = 3 * C * LPR, TAL = 4 * C * (C / 2) / 32;
+            const long long tfirst = (long long)m * C;
+            for (int idx = ptid; idx < QKG + C + TAL; idx += NPT) {
+                if (idx < QKG) {
+                    const int tsr = idx / (C * LPR), row = (idx / LPR) % C, seg = idx % LPR;
+                    const float* src = tsr == 0 ? q : tsr == 1 ? k : g;
+                    if (tfirst + row < TT) prefetch_l2(src + kda_bthd(b, tfirst + row, h, 32 * seg, TT, H, K));
+                } else if (idx < QKG + C) {
+                    const int row = idx - QKG;
+                    if (tfirst + row < TT) prefetch_l2(v + kda_bthd(b, tfirst + row, h, v0, TT, H, V));
+                } else {
+                    prefetch_l2(ta_head + (long long)m * (4 * C * (C / 2)) + 32 * (idx - QKG - C));
+                }
+            }
+        };
         load_regs(0);
         load_v(0);
         // beta of the next chunk is loaded a chunk ahead (a global load's latency would otherwise
@@ -175,12 +214,16 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
             unsigned* KdH = pb + L::PB_KDT; unsigned* KdL = KdH + K * LC;
             float* sBV = reinterpret_cast<float*>(pb + L::PB_BV);
             float* sGL = reinterpret_cast<float*>(pb + L::PB_GL);
+            KDA_STAMP(0);
+            if (KDA_PREFETCH && n + KDA_PREFETCH < NC) prefetch_chunk(n + KDA_PREFETCH);
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), NTH);   // consumers are done with chunk n-2
+            KDA_STAMP(1);
             load_ta(n);
             if (ptid < C) sBeta[ptid] = beta_next;
             if (n + 1 < NC) beta_next = beta_of(n + 1);
             cp_async_wait<1>();                                      // this thread's v copies
             named_bar_sync(BAR_PROD, NPT);                           // everyone's, and beta
+            KDA_STAMP(2);
             if (KDA_PROBE != 2) {
                 float run0 = 0.f, run1 = 0.f;
 #pragma unroll
@@ -193,6 +236,7 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                 sTot[grp * K + c0 + 1] = run1;
             }
             named_bar_sync(BAR_PROD, NPT);                           // group sums visible
+            KDA_STAMP(3);
             if (KDA_PROBE != 2) {
                 float off0 = 0.f, off1 = 0.f, gl0 = 0.f, gl1 = 0.f;
 #pragma unroll
@@ -236,8 +280,10 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                     }
                 }
             }
+            KDA_STAMP(4);
             if (n + 1 < NC) load_regs(n + 1);                        // lands while the consumers work
             for (int idx = ptid; idx < C * BV; idx += NPT) sBV[idx] = sBeta[idx / BV] * sv[idx];
+            KDA_STAMP(5);
             named_bar_sync(BAR_PROD, NPT);                           // staging, sTot and beta read
             if (n + 1 < NC) {
                 load_v(n + 1);
@@ -245,6 +291,7 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
             } else {
                 cp_async_wait<0>();
             }
+            KDA_STAMP(6);
             named_bar_arrive(BAR_FULL + (n & 1), NTH);              // buffer n & 1 holds chunk n
         }
         return;
@@ -277,11 +324,13 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
         const unsigned* AqH = TL + C * LC;    const unsigned* AqL = AqH + C * LC;
         const float* sBV = reinterpret_cast<const float*>(pb + L::PB_BV);
         const float* sGL = reinterpret_cast<const float*>(pb + L::PB_GL);
+        KDA_STAMP(0);
         named_bar_sync(BAR_FULL + (n & 1), NTH);   // chunk n's operands; S^T of chunk n complete
         if (KDA_PROBE == 1) {
             if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), NTH);
             continue;
         }
+        KDA_STAMP(1);
         // ------------------------------------------------ S1: X = beta v - Kbg S,  O = Qg S
         float oacc[2][4] = {};
         if (has_s1) {
@@ -314,8 +363,10 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                 }
             }
         }
+        KDA_STAMP(2);
         named_bar_sync(BAR_CONS, NCT);   // X^T complete
 
+        KDA_STAMP(3);
         // ------------------------------------------------ S2: V' = T X
         for (int job = warp; job < MT * NT8; job += NWC) {
             const int mt = job / NT8, nt = job % NT8;
@@ -330,8 +381,10 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
             }
             store_acc_split_t(VtH, VtL, LC, mt * 16, nt * 8, acc, g8, t4);
         }
+        KDA_STAMP(4);
         named_bar_sync(BAR_CONS, NCT);   // V'^T complete
 
+        KDA_STAMP(5);
         // ------------------------------------------------ S3: O += Aqk V' -> o;  S = gL S + Kd^T V'
         if (s1_is_o) {
             const int mt = s1_mt - MT;
@@ -387,9 +440,11 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
 #pragma unroll
             for (int j = 0; j < SN; ++j) store_acc_split_t(StH, StL, LK, 16 * sm, (sn0 + j) * 8, sacc[j], g8, t4);
         }
+        KDA_STAMP(6);
         if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), NTH);   // buffer n & 1 is free
     }
 
+    if (KDA_PROBE == 3) return;   // the stamps live where ht would be written
     if (ht) {
 #pragma unroll
         for (int j = 0; j < SN; ++j) {
