@@ -37,11 +37,10 @@ PROBES = {"10 producers alone (KDA_PROBE=1)": ("lean", {"KDA_PROBE": 1}),
           "10 consumers alone (KDA_PROBE=2)": ("lean", {"KDA_PROBE": 2}),
           "10 + L2 prefetch 2 ahead": ("lean", {"KDA_PREFETCH": 2}),
           "10 + L2 prefetch 4 ahead": ("lean", {"KDA_PREFETCH": 4})}
-#: KDA_PROBE=3 clock stamps: (label, from stamp, to stamp) per role; stamps 0-6 as in kernel 10
+#: KDA_PROBE=3 clock stamps: (label, from stamp, to stamp) per role; the stamps as in kernel 10
 PHASES = {"consumer": [("wait FULL", 0, 1), ("S1", 1, 2), ("bar after S1", 2, 3), ("S2", 3, 4),
                        ("bar after S2", 4, 5), ("S3", 5, 6)],
-          "producer": [("wait EMPTY", 0, 1), ("07 copy issue + v wait + bar", 1, 2), ("gate sums + bar", 2, 3),
-                       ("P1 exp/split/stores", 3, 4), ("beta v + bar", 4, 5), ("v issue + 07 wait", 5, 6)]}
+          "producer": [("wait EMPTY", 0, 1), ("copy issue + P1", 1, 2), ("next loads issue + copy wait", 2, 3)]}
 NCU_METRICS = (
     "gpu__time_duration.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
