@@ -1,0 +1,413 @@
+// 11 — chunked KDA, 10's recurrence with Kd^T made once per (chunk, head) by 07 and copied in.
+//
+// What changed from 10, and why. 10's clock stamps (notebook 13) show its producers busy for the
+// whole chunk and the consumers waiting for them: P1 is bound by the special-function unit, which
+// runs both exp2 and the fp32 -> bf16 conversions at a quarter of the FP32 rate. Per element P1
+// issues two exp2 (2^G for Qg and Kbg, 2^(G_L - G) for Kd) and three conversions (Qg, Kbg, Kd
+// splits), and every one of a head's V / BV value blocks repeats all of them. Kd = k 2^(G_L - G)
+// does not depend on the value columns, so 07 (token-parallel, once per chunk and head) now also
+// writes it, already split and laid out as the consumers read it (channel rows of token-pair
+// words, 16 KB per chunk), and 11's producers fetch it with cp.async next to 07's T and Aqk. P1
+// keeps one exp2 and two conversions per element: 40 % fewer special-function operations, no
+// Kd^T stores. The cost: 07 writes 16 KB more per chunk and head (a workspace of 4 bytes per
+// token and channel, beside TA's 1).
+//
+// 07 computes Kd with 10's exact operations (same gate sums in the same order), so 11 reproduces
+// 10 (and 08) bit for bit.
+//
+// Requires sm_80+ (bf16 mma.sync, ldmatrix, cp.async, named barriers).
+#include "delta_common.cuh"
+
+// Probe builds only (scripts/probe_delta_recurrence.py): KDA_PROBE=1 idles the consumers (they
+// only hand the buffers back), KDA_PROBE=2 idles the producers' arithmetic (copies and barriers
+// stay), so the time of each side alone can be measured. A probe build's results are meaningless.
+// KDA_PROBE=3 computes normally and records, in lane 0 of every warp of block (0, 0, 0), the SM
+// clock at each phase boundary of the first KDA_NSTAMP chunks (into ht, which it does not write).
+#ifndef KDA_PROBE
+#define KDA_PROBE 0
+#endif
+#define KDA_NSTAMP 48
+#if KDA_PROBE == 3
+#define KDA_STAMP(j)                                                                                \
+    do {                                                                                            \
+        if (lane == 0 && n < KDA_NSTAMP && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && ht) { \
+            long long now_;                                                                         \
+            asm volatile("mov.u64 %0, %%clock64;" : "=l"(now_));                                   \
+            ht[(warp * KDA_NSTAMP + n) * 8 + (j)] = (float)(now_ - stamp0_);                        \
+        }                                                                                           \
+    } while (0)
+#else
+#define KDA_STAMP(j) do { } while (0)
+#endif
+
+#include "mma.cuh"
+
+template <int K, int V, int C, int BV>
+struct KdaKdLayout {
+    static constexpr int NWC = 8, NWP = 8;      // consumer and producer warps
+    static constexpr int NCT = 32 * NWC, NPT = 32 * NWP, NTH = NCT + NPT;
+    static constexpr int LK = K / 2 + 4;        // words per row of [.][K] bf16-pair arrays
+    static constexpr int LC = C / 2 + 4;        // words per row of [.][C] bf16-pair arrays
+    static constexpr int NQ = NPT / (K / 2);    // producer row groups
+    // staging of the next chunk's v columns (fp32, cp.async); q, k, g travel in registers
+    static constexpr int OFF_V = 0;
+    // one operand buffer (two of them): bf16 pairs hi/lo, then 07's words, then fp32
+    static constexpr int PB_QG = 0;                       // Qg [C][LK] x2
+    static constexpr int PB_KB = PB_QG + 2 * C * LK;      // Kbg
+    static constexpr int PB_KDT = PB_KB + 2 * C * LK;     // Kd^T [K][LC] x2, 16-byte chunks swizzled
+    static constexpr int PB_TA = PB_KDT + 2 * K * LC;     // T hi, T lo, Aqk hi, Aqk lo [C][LC]
+    static constexpr int PB_BV = PB_TA + 4 * C * LC;      // beta v [C][BV] (fp32)
+    static constexpr int PB_GL = PB_BV + C * BV;          // 2^G_L [K] (fp32)
+    static constexpr int PB_WORDS = PB_GL + K;
+    static constexpr int OFF_PB = OFF_V + C * BV;
+    static constexpr int OFF_ST = OFF_PB + 2 * PB_WORDS;  // S^T [BV][LK] x2
+    static constexpr int OFF_XT = OFF_ST + 2 * BV * LK;   // X^T [BV][LC] x2
+    static constexpr int OFF_VT = OFF_XT + 2 * BV * LC;   // V'^T [BV][LC] x2
+    static constexpr int OFF_TOT = OFF_VT + 2 * BV * LC;  // producers' group gate sums [NQ][K]
+    static constexpr int OFF_BETA = OFF_TOT + NQ * K;     // beta [C]
+    static constexpr int WORDS = OFF_BETA + C;
+};
+
+template <int K, int V, int C, int BV>
+__global__ void __launch_bounds__(512, 1)
+kda_chunk_state_kd(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                   const float* __restrict__ g, const float* __restrict__ beta,
+                   const unsigned* __restrict__ TA,   // [B, H, NC, 4, C, C/2] from 07
+                   const unsigned* __restrict__ KdT,  // [B, H, NC, 2, K, C/2] from 07
+                   const float* __restrict__ h0,      // [B,H,K,V] or nullptr
+                   float* __restrict__ o,             // [B,T,H,V]
+                   float* __restrict__ ht,            // [B,H,K,V] or nullptr
+                   int T, int H, float scale) {
+    using L = KdaKdLayout<K, V, C, BV>;
+    static_assert(C == 32, "07 hands over T and Aqk for chunks of 32");
+    static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
+    constexpr int NWC = L::NWC, NCT = L::NCT, NPT = L::NPT, NTH = L::NTH, NQ = L::NQ, RPG = C / NQ;
+    constexpr int LK = L::LK, LC = L::LC;
+    constexpr int MT = C / 16, NT8 = BV / 8;
+    constexpr int NS1 = 2 * MT * (NT8 / 2);
+    constexpr int NSTILE = (K / 16) * NT8, SN = NSTILE / NWC;
+    static_assert(NSTILE % NWC == 0 && NT8 % SN == 0 && (SN % 2 == 0 || SN == 1), "state tiles must split evenly");
+    static_assert(NS1 <= NWC && RPG % 2 == 0, "one S1 job per consumer warp at most");
+    constexpr int BAR_CONS = 1, BAR_PROD = 2, BAR_FULL = 3, BAR_EMPTY = 5;   // FULL/EMPTY: + buffer
+
+    KDA_DYNAMIC_SHARED(smem_f);
+    if (kda_dynamic_smem_size() < (unsigned)(L::WORDS * 4)) __trap();
+    unsigned* const words = reinterpret_cast<unsigned*>(smem_f);
+    float* sv = smem_f + L::OFF_V;
+    float* sTot = smem_f + L::OFF_TOT;
+    float* sBeta = smem_f + L::OFF_BETA;
+    unsigned* StH = words + L::OFF_ST;  unsigned* StL = StH + BV * LK;
+    unsigned* XtH = words + L::OFF_XT;  unsigned* XtL = XtH + BV * LC;
+    unsigned* VtH = words + L::OFF_VT;  unsigned* VtL = VtH + BV * LC;
+    auto pbuf = [&](int n) { return words + L::OFF_PB + (n & 1) * L::PB_WORDS; };
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    const int g8 = lane / 4, t4 = lane % 4;
+    const int v0 = blockIdx.x * BV;
+    const int h = blockIdx.y;
+    const int b = blockIdx.z;
+    const long long TT = T;
+    const long long bh = (long long)b * H + h;
+    const int NC = (T + C - 1) / C;
+#if KDA_PROBE == 3
+    long long stamp0_;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(stamp0_));
+#endif
+
+    if (warp >= NWC) {
+        // ================================================ producers: copies and P1, one chunk ahead
+        const int ptid = tid - NCT;
+        constexpr int VPR = BV / 4, VROWS = NPT / VPR, VPASS = (C + VROWS - 1) / VROWS;
+        constexpr int TAQ = 4 * C * (C / 8);
+        static_assert(TAQ % NPT == 0, "copy slots must tile the chunk");
+        const int vi0 = ptid / VPR, vc = (ptid % VPR) * 4;
+        const int pp = ptid % (K / 2), grp = ptid / (K / 2);
+        const int c0 = 2 * pp, r0 = grp * RPG;
+        const long long qk_row = (long long)H * K, v_row = (long long)H * V;
+        // this thread's channels (c0, c0 + 1) of rows r0 .. r0 + RPG - 1, in registers a chunk ahead
+        const long long base = kda_bthd(b, 0, h, c0, TT, H, K);
+        float2 rq[RPG], rk[RPG], rg[RPG];
+        auto load_regs = [&](int n) {
+#pragma unroll
+            for (int ii = 0; ii < RPG; ++ii) {
+                const long long tt = (long long)n * C + r0 + ii;
+                if (tt < TT) {
+                    const long long off = base + tt * qk_row;
+                    rq[ii] = *reinterpret_cast<const float2*>(q + off);
+                    rk[ii] = *reinterpret_cast<const float2*>(k + off);
+                    rg[ii] = *reinterpret_cast<const float2*>(g + off);
+                } else {
+                    rq[ii] = rk[ii] = rg[ii] = make_float2(0.f, 0.f);
+                }
+            }
+        };
+        const float* vp = v + kda_bthd(b, 0, h, v0 + vc, TT, H, V);
+        auto load_v = [&](int n) {
+            const long long tfirst = (long long)n * C;
+#pragma unroll
+            for (int p2 = 0; p2 < VPASS; ++p2) {
+                const int i = vi0 + p2 * VROWS;
+                if (i < C) {
+                    const long long tt = tfirst + i;
+                    if (tt < TT) cp_async16(sv + i * BV + vc, vp + tt * v_row);
+                    else kda_st4(sv + i * BV + vc, make_float4(0.f, 0.f, 0.f, 0.f));
+                }
+            }
+            cp_async_commit();
+        };
+        const unsigned* ta_head = TA + bh * NC * (4LL * C * (C / 2));
+        const unsigned* kd_head = KdT + bh * NC * (2LL * K * (C / 2));
+        constexpr int KDQ = 2 * K * (C / 8);
+        static_assert(KDQ % NPT == 0, "copy slots must tile Kd^T");
+        auto load_ta = [&](int n) {   // 07's T, Aqk and Kd^T of chunk n
+            const unsigned* src = ta_head + (long long)n * (4 * C * (C / 2));
+            unsigned* dst = pbuf(n) + L::PB_TA;
+#pragma unroll
+            for (int idx = ptid; idx < TAQ; idx += NPT) {
+                const int row = idx / (C / 8), qd = idx % (C / 8);
+                cp_async16(dst + row * LC + 4 * qd, src + row * (C / 2) + 4 * qd);
+            }
+            const unsigned* ksrc = kd_head + (long long)n * (2 * K * (C / 2));
+            unsigned* kdst = pbuf(n) + L::PB_KDT;
+#pragma unroll
+            for (int idx = ptid; idx < KDQ; idx += NPT) {
+                const int row = idx / (C / 8), qd = idx % (C / 8);   // row < K: hi, then lo
+                cp_async16(kdst + (row / K) * K * LC + kdt_word<LC>(row % K, 4 * qd), ksrc + row * (C / 2) + 4 * qd);
+            }
+            cp_async_commit();
+        };
+        load_regs(0);
+        load_v(0);
+        // beta of the next chunk is loaded a chunk ahead (a global load's latency would otherwise
+        // stall the producers at every chunk)
+        auto beta_of = [&](int n) {
+            const long long tt = (long long)n * C + ptid;
+            return (ptid < C && tt < TT) ? beta[(b * TT + tt) * H + h] : 0.0f;
+        };
+        float beta_next = beta_of(0);
+        for (int n = 0; n < NC; ++n) {
+            unsigned* pb = pbuf(n);
+            unsigned* QgH = pb + L::PB_QG;  unsigned* QgL = QgH + C * LK;
+            unsigned* KbH = pb + L::PB_KB;  unsigned* KbL = KbH + C * LK;
+            float* sBV = reinterpret_cast<float*>(pb + L::PB_BV);
+            float* sGL = reinterpret_cast<float*>(pb + L::PB_GL);
+            KDA_STAMP(0);
+            if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), NTH);   // consumers are done with chunk n-2
+            KDA_STAMP(1);
+            load_ta(n);
+            if (ptid < C) sBeta[ptid] = beta_next;
+            if (n + 1 < NC) beta_next = beta_of(n + 1);
+            cp_async_wait<1>();                                      // this thread's v copies
+            named_bar_sync(BAR_PROD, NPT);                           // everyone's, and beta
+            KDA_STAMP(2);
+            if (KDA_PROBE != 2) {
+                float run0 = 0.f, run1 = 0.f;
+#pragma unroll
+                for (int ii = 0; ii < RPG; ++ii) {   // rg becomes the running sums G
+                    run0 += rg[ii].x * KDA_LOG2E;
+                    run1 += rg[ii].y * KDA_LOG2E;
+                    rg[ii].x = run0; rg[ii].y = run1;
+                }
+                sTot[grp * K + c0] = run0;
+                sTot[grp * K + c0 + 1] = run1;
+            }
+            named_bar_sync(BAR_PROD, NPT);                           // group sums visible
+            KDA_STAMP(3);
+            if (KDA_PROBE != 2) {
+                float off0 = 0.f, off1 = 0.f, gl0 = 0.f, gl1 = 0.f;
+#pragma unroll
+                for (int q2 = 0; q2 < NQ; ++q2) {
+                    if (q2 == grp) { off0 = gl0; off1 = gl1; }
+                    gl0 += sTot[q2 * K + c0];
+                    gl1 += sTot[q2 * K + c0 + 1];
+                }
+                if (grp == 0) { sGL[c0] = fast_exp2(gl0); sGL[c0 + 1] = fast_exp2(gl1); }
+#pragma unroll
+                for (int ii = 0; ii < RPG; ++ii) {
+                    const int i = r0 + ii;
+                    const float G0 = rg[ii].x + off0, G1 = rg[ii].y + off1;
+                    const float e0 = fast_exp2(G0), e1 = fast_exp2(G1);
+                    const float2 qq = rq[ii], kk = rk[ii];
+                    const float se0 = scale * e0, se1 = scale * e1, bi = sBeta[i];
+                    unsigned hw, lw;
+                    split_bf16x2(qq.x * se0, qq.y * se1, hw, lw);
+                    QgH[i * LK + pp] = hw; QgL[i * LK + pp] = lw;
+                    split_bf16x2(bi * kk.x * e0, bi * kk.y * e1, hw, lw);
+                    KbH[i * LK + pp] = hw; KbL[i * LK + pp] = lw;
+                }
+            }
+            KDA_STAMP(4);
+            if (n + 1 < NC) load_regs(n + 1);                        // lands while the consumers work
+            for (int idx = ptid; idx < C * BV; idx += NPT) sBV[idx] = sBeta[idx / BV] * sv[idx];
+            KDA_STAMP(5);
+            named_bar_sync(BAR_PROD, NPT);                           // staging, sTot and beta read
+            if (n + 1 < NC) {
+                load_v(n + 1);
+                cp_async_wait<1>();                                  // 07's words of chunk n
+            } else {
+                cp_async_wait<0>();
+            }
+            KDA_STAMP(6);
+            named_bar_arrive(BAR_FULL + (n & 1), NTH);              // buffer n & 1 holds chunk n
+        }
+        return;
+    }
+
+    // ==================================================== consumers: the state pass
+    const bool has_s1 = warp < NS1;
+    const int s1_mt = warp / (NT8 / 2), s1_ng = warp % (NT8 / 2);
+    const bool s1_is_o = has_s1 && s1_mt >= MT;
+    const int sm = warp / (NT8 / SN), sn0 = (warp % (NT8 / SN)) * SN;
+    float sacc[SN][4];
+#pragma unroll
+    for (int j = 0; j < SN; ++j) {
+        const int row = 16 * sm + g8, col = v0 + (sn0 + j) * 8 + 2 * t4;
+        float2 x0 = make_float2(0.f, 0.f), x1 = x0;
+        if (h0) {
+            x0 = *reinterpret_cast<const float2*>(h0 + (bh * K + row) * V + col);
+            x1 = *reinterpret_cast<const float2*>(h0 + (bh * K + row + 8) * V + col);
+        }
+        sacc[j][0] = x0.x; sacc[j][1] = x0.y; sacc[j][2] = x1.x; sacc[j][3] = x1.y;
+        store_acc_split_t(StH, StL, LK, 16 * sm, (sn0 + j) * 8, sacc[j], g8, t4);
+    }
+    for (int n = 0; n < NC; ++n) {
+        const long long t0 = (long long)n * C;
+        const unsigned* pb = pbuf(n);
+        const unsigned* QgH = pb + L::PB_QG;  const unsigned* QgL = QgH + C * LK;
+        const unsigned* KbH = pb + L::PB_KB;  const unsigned* KbL = KbH + C * LK;
+        const unsigned* KdH = pb + L::PB_KDT; const unsigned* KdL = KdH + K * LC;
+        const unsigned* TH = pb + L::PB_TA;   const unsigned* TL = TH + C * LC;
+        const unsigned* AqH = TL + C * LC;    const unsigned* AqL = AqH + C * LC;
+        const float* sBV = reinterpret_cast<const float*>(pb + L::PB_BV);
+        const float* sGL = reinterpret_cast<const float*>(pb + L::PB_GL);
+        KDA_STAMP(0);
+        named_bar_sync(BAR_FULL + (n & 1), NTH);   // chunk n's operands; S^T of chunk n complete
+        if (KDA_PROBE == 1) {
+            if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), NTH);
+            continue;
+        }
+        KDA_STAMP(1);
+        // ------------------------------------------------ S1: X = beta v - Kbg S,  O = Qg S
+        float oacc[2][4] = {};
+        if (has_s1) {
+            const unsigned* AH = (s1_mt < MT ? KbH + s1_mt * 16 * LK : QgH + (s1_mt - MT) * 16 * LK);
+            const unsigned* AL = (s1_mt < MT ? KbL + s1_mt * 16 * LK : QgL + (s1_mt - MT) * 16 * LK);
+            float acc[2][2][4] = {};   // [n-tile][k parity]
+#pragma unroll
+            for (int kk = 0; kk < K / 16; ++kk) {
+                unsigned ah[4], al[4], bh2[4], bl2[4];
+                ldm_a16(AH + kk * 8, LK, lane, ah);
+                ldm_a16(AL + kk * 8, LK, lane, al);
+                ldm_b16x2(StH + s1_ng * 16 * LK + kk * 8, LK, lane, bh2);
+                ldm_b16x2(StL + s1_ng * 16 * LK + kk * 8, LK, lane, bl2);
+                mma_3xbf16_half(acc[0][kk & 1], ah, al, bh2, bl2, 0);
+                mma_3xbf16_half(acc[1][kk & 1], ah, al, bh2, bl2, 1);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) oacc[j][e] = acc[j][0][e] + acc[j][1][e];
+                if (!s1_is_o) {   // X, stored transposed for S2
+                    float x[4];
+                    const int n0 = s1_ng * 16 + 8 * j;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = s1_mt * 16 + g8 + 8 * (e / 2), c = n0 + 2 * t4 + e % 2;
+                        x[e] = sBV[i * BV + c] - oacc[j][e];
+                    }
+                    store_acc_split_t(XtH, XtL, LC, s1_mt * 16, n0, x, g8, t4);
+                }
+            }
+        }
+        KDA_STAMP(2);
+        named_bar_sync(BAR_CONS, NCT);   // X^T complete
+
+        KDA_STAMP(3);
+        // ------------------------------------------------ S2: V' = T X
+        for (int job = warp; job < MT * NT8; job += NWC) {
+            const int mt = job / NT8, nt = job % NT8;
+            float acc[4] = {};
+            for (int kk = 0; kk <= mt; ++kk) {
+                unsigned ah[4], al[4], bh2[2], bl2[2];
+                ldm_a16(TH + mt * 16 * LC + kk * 8, LC, lane, ah);
+                ldm_a16(TL + mt * 16 * LC + kk * 8, LC, lane, al);
+                ldm_b16x1(XtH + nt * 8 * LC + kk * 8, LC, lane, bh2);
+                ldm_b16x1(XtL + nt * 8 * LC + kk * 8, LC, lane, bl2);
+                mma_3xbf16(acc, ah, al, bh2, bl2);
+            }
+            store_acc_split_t(VtH, VtL, LC, mt * 16, nt * 8, acc, g8, t4);
+        }
+        KDA_STAMP(4);
+        named_bar_sync(BAR_CONS, NCT);   // V'^T complete
+
+        KDA_STAMP(5);
+        // ------------------------------------------------ S3: O += Aqk V' -> o;  S = gL S + Kd^T V'
+        if (s1_is_o) {
+            const int mt = s1_mt - MT;
+            for (int kk = 0; kk <= mt; ++kk) {
+                unsigned ah[4], al[4], bh2[4], bl2[4];
+                ldm_a16(AqH + mt * 16 * LC + kk * 8, LC, lane, ah);
+                ldm_a16(AqL + mt * 16 * LC + kk * 8, LC, lane, al);
+                ldm_b16x2(VtH + s1_ng * 16 * LC + kk * 8, LC, lane, bh2);
+                ldm_b16x2(VtL + s1_ng * 16 * LC + kk * 8, LC, lane, bl2);
+                mma_3xbf16_half(oacc[0], ah, al, bh2, bl2, 0);
+                mma_3xbf16_half(oacc[1], ah, al, bh2, bl2, 1);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const long long ta = t0 + mt * 16 + g8, tb = ta + 8;
+                const int col = v0 + s1_ng * 16 + 8 * j + 2 * t4;
+                if (ta < TT) *reinterpret_cast<float2*>(o + kda_bthd(b, ta, h, col, TT, H, V)) = make_float2(oacc[j][0], oacc[j][1]);
+                if (tb < TT) *reinterpret_cast<float2*>(o + kda_bthd(b, tb, h, col, TT, H, V)) = make_float2(oacc[j][2], oacc[j][3]);
+            }
+        }
+        {
+            const float d0 = sGL[16 * sm + g8], d1 = sGL[16 * sm + g8 + 8];
+#pragma unroll
+            for (int j = 0; j < SN; ++j) {
+                sacc[j][0] *= d0; sacc[j][1] *= d0;
+                sacc[j][2] *= d1; sacc[j][3] *= d1;
+            }
+#pragma unroll
+            for (int kk = 0; kk < MT; ++kk) {
+                unsigned ah[4], al[4];
+                {   // ldm_a16 on the swizzled rows: lane's row and 16-byte chunk
+                    const int r = sm * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                    const int w = kdt_word<LC>(r, kk * 8 + (lane >> 4) * 4);
+                    ldmatrix_x4(ah, KdH + w);
+                    ldmatrix_x4(al, KdL + w);
+                }
+                if constexpr (SN == 1) {
+                    unsigned bh2[2], bl2[2];
+                    ldm_b16x1(VtH + sn0 * 8 * LC + kk * 8, LC, lane, bh2);
+                    ldm_b16x1(VtL + sn0 * 8 * LC + kk * 8, LC, lane, bl2);
+                    mma_3xbf16(sacc[0], ah, al, bh2, bl2);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < SN; j += 2) {
+                        unsigned bh2[4], bl2[4];
+                        ldm_b16x2(VtH + (sn0 + j) * 8 * LC + kk * 8, LC, lane, bh2);
+                        ldm_b16x2(VtL + (sn0 + j) * 8 * LC + kk * 8, LC, lane, bl2);
+                        mma_3xbf16_half(sacc[j], ah, al, bh2, bl2, 0);
+                        mma_3xbf16_half(sacc[j + 1], ah, al, bh2, bl2, 1);
+                    }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < SN; ++j) store_acc_split_t(StH, StL, LK, 16 * sm, (sn0 + j) * 8, sacc[j], g8, t4);
+        }
+        KDA_STAMP(6);
+        if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), NTH);   // buffer n & 1 is free
+    }
+
+    if (KDA_PROBE == 3) return;   // the stamps live where ht would be written
+    if (ht) {
+#pragma unroll
+        for (int j = 0; j < SN; ++j) {
+            const int row = 16 * sm + g8, col = v0 + (sn0 + j) * 8 + 2 * t4;
+            *reinterpret_cast<float2*>(ht + (bh * K + row) * V + col) = make_float2(sacc[j][0], sacc[j][1]);
+            *reinterpret_cast<float2*>(ht + (bh * K + row + 8) * V + col) = make_float2(sacc[j][2], sacc[j][3]);
+        }
+    }
+}
