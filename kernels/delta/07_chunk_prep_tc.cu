@@ -14,9 +14,7 @@
 //                                                               a channel decays by more than 2^-100]
 //   T = (I + Akk)^-1                                          [two 16 x 16 blocks, fp32 substitution]
 // Output (32-bit words, each a bf16 pair along the row, ready for 08's fragment loads):
-//   TA [B, H, NC, 4, C, C/2]: T hi, T lo, Aqk hi, Aqk lo;
-//   and, when KdT is given (for 11), Kd^T [B, H, NC, 2, K, C/2]: Kd = k 2^(G_L - G) as channel
-//   rows of token pairs, hi then lo (the element-wise operand 08-10 rebuild in every value block).
+//   TA [B, H, NC, 4, C, C/2]: T hi, T lo, Aqk hi, Aqk lo.
 // q, k and g are read straight from global memory into registers (each thread two adjacent
 // channels of C / NQ rows), so shared memory holds only the products' operands: ~73 KB, three
 // blocks per SM.
@@ -50,7 +48,6 @@ __global__ void __launch_bounds__(256, 3)
 kda_chunk_prep(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ g,
                const float* __restrict__ beta,
                unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]
-               unsigned* __restrict__ KdT,       // [B, H, NC, 2, K, C/2] or nullptr (for 11)
                int T, int H, float scale) {
     using L = KdaPrepLayout<K, C>;
     static_assert(C == 32, "the inverse works on two 16 x 16 blocks: chunks of 32");
@@ -126,37 +123,6 @@ kda_chunk_prep(const float* __restrict__ q, const float* __restrict__ k, const f
         gl1 += sTot[q2 * K + c0 + 1];
     }
     if (!(gl0 >= FAST_MIN_G && gl1 >= FAST_MIN_G)) *sFlag = 1;
-    if (KdT) {
-        // Kd^T for 11: Kd = k 2^(G_L - G) (exponent <= 0 on either path), channel rows of token-pair
-        // words as 11 keeps them; this thread's RPG / 2 words of rows c0 and c0 + 1, hi then lo
-        constexpr int KW = RPG / 2;
-        unsigned kh[2][KW], kl[2][KW];
-#pragma unroll
-        for (int ii = 0; ii < RPG; ii += 2) {
-            float kd[2][2];
-#pragma unroll
-            for (int d = 0; d < 2; ++d) {
-                const float G0 = G[ii + d][0] + off0, G1 = G[ii + d][1] + off1;
-                kd[d][0] = kv[ii + d].x * fast_exp2(gl0 - G0);
-                kd[d][1] = kv[ii + d].y * fast_exp2(gl1 - G1);
-            }
-            split_bf16x2(kd[0][0], kd[1][0], kh[0][ii / 2], kl[0][ii / 2]);
-            split_bf16x2(kd[0][1], kd[1][1], kh[1][ii / 2], kl[1][ii / 2]);
-        }
-        unsigned* out = KdT + (((long long)b * H + h) * NC + n) * (2LL * K * (C / 2));
-#pragma unroll
-        for (int ch = 0; ch < 2; ++ch) {
-            unsigned* rh = out + (c0 + ch) * (C / 2) + r0 / 2;
-            unsigned* rl = rh + K * (C / 2);
-            if constexpr (KW == 4) {
-                *reinterpret_cast<U4*>(rh) = U4{kh[ch][0], kh[ch][1], kh[ch][2], kh[ch][3]};
-                *reinterpret_cast<U4*>(rl) = U4{kl[ch][0], kl[ch][1], kl[ch][2], kl[ch][3]};
-            } else {
-                *reinterpret_cast<U2*>(rh) = U2{kh[ch][0], kh[ch][1]};
-                *reinterpret_cast<U2*>(rl) = U2{kl[ch][0], kl[ch][1]};
-            }
-        }
-    }
     __syncthreads();   // the chunk's path is decided
     const bool slow = *sFlag != 0;
 

@@ -1,13 +1,11 @@
-// Runs kernels/delta/06_chunk_fused_tc.cu, 07 -> 08, 07 -> 09, 07 -> 10 and 07 -> 11 on the CPU
-// model of tests/ladder_emu/ladder_emu.h (which defers every cp.async copy to the wait that retires
-// it, and models the tensor core's bf16 MMA with its fp32 accumulation), for one compile-time
-// configuration.
+// Runs kernels/delta/06_chunk_fused_tc.cu, 07 -> 08, 07 -> 09 and 07 -> 10 on the CPU model of
+// tests/ladder_emu/ladder_emu.h (which defers every cp.async copy to the wait that retires it, and
+// models the tensor core's bf16 MMA with its fp32 accumulation), for one compile-time configuration.
 // Build: g++ -std=c++20 -O1 -pthread -include tests/ladder_emu/ladder_emu.h -I kernels
 //        -DEMU_K=.. -DEMU_V=.. -DEMU_BV=.. tests/delta_emu/harness_06.cpp
 // Run:   harness_06 DIR B T H SCALE HAS_H0
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes fz_o, fz_ht (06, one
-// kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09), ln_o, ln_ht (07 then 10) and kd_o,
-// kd_ht (07 with its Kd^T output, then 11) there.
+// kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09) and ln_o, ln_ht (07 then 10) there.
 #define KDA_HOST_EMULATION 1
 inline size_t g_kda_smem_bytes = 0;
 inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
@@ -19,7 +17,6 @@ inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
 #include "delta/08_chunk_state_onchip.cu"
 #include "delta/09_chunk_state_ws.cu"
 #include "delta/10_chunk_state_lean.cu"
-#include "delta/11_chunk_state_kd.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -47,11 +44,10 @@ int main(int argc, char** argv) {
     // 07 -> 08
     const int NC = (T + C - 1) / C;
     std::vector<unsigned> ta((size_t)B * H * NC * 4 * C * (C / 2), 0x7fc07fc0u);   // bf16 NaN pairs
-    std::vector<unsigned> kdt((size_t)B * H * NC * 2 * K * (C / 2), 0x7fc07fc0u);
     using LP = KdaPrepLayout<K, C>;
     g_kda_smem_bytes = LP::WORDS * 4;
     emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, g_kda_smem_bytes, [&] {
-        kda_chunk_prep<K, C>(q.data(), k.data(), g.data(), beta.data(), ta.data(), kdt.data(), T, H, scale);
+        kda_chunk_prep<K, C>(q.data(), k.data(), g.data(), beta.data(), ta.data(), T, H, scale);
     });
     std::vector<float> o2(nv, nan), ht2(ns, nan);
     using LS = KdaOnchipLayout<K, V, C, BV>;
@@ -84,16 +80,5 @@ int main(int argc, char** argv) {
     });
     write_f32(dir + "/ln_o", o4);
     write_f32(dir + "/ln_ht", ht4);
-
-    // 07 (with Kd^T) -> 11
-    std::vector<float> o5(nv, nan), ht5(ns, nan);
-    using LK11 = KdaKdLayout<K, V, C, BV>;
-    g_kda_smem_bytes = LK11::WORDS * 4;
-    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LK11::NTH, g_kda_smem_bytes, [&] {
-        kda_chunk_state_kd<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(), kdt.data(),
-                                        has_h0 ? h0.data() : nullptr, o5.data(), ht5.data(), T, H, scale);
-    });
-    write_f32(dir + "/kd_o", o5);
-    write_f32(dir + "/kd_ht", ht5);
     return 0;
 }

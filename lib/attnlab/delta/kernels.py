@@ -9,9 +9,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (tensor cores, 3xTF32; chunks of 16/32/64 on sm_80+) or ``04_chunk_state.cu`` (fp32 FMAs, any
   chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``;
 * :func:`kda_tc` — tensor cores with 3xBF16 products, chunks of 32, sm_80+ (notebook 13):
-  ``07_chunk_prep_tc.cu`` → ``11_chunk_state_kd.cu`` (``impl="kd"``, the default), → ``10``
-  (``"lean"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or ``06_chunk_fused_tc.cu`` alone
-  (``"fused"``).
+  ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``09``
+  (``"ws"``) or → ``08`` (``"split"``); or ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
 Every kernel is a step of :data:`DELTA_KERNELS`, the family's registry.
 
@@ -49,7 +48,7 @@ RECURRENT_WARPS = 4
 FUSED_CHUNK = 32                 # 06 inverts two 16 x 16 blocks: chunks of 32 rows
 FUSED_MIN_CC = 80                # bf16 mma.sync and cp.async: sm_80+
 FUSED_THREADS = 256
-WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer warps
+WS_THREADS = 512                 # 09, 10: eight consumer warps, eight producer warps
 
 
 # ----------------------------------------------------------------------------- registry
@@ -88,17 +87,15 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "08 with 8 producer warps building chunk n+1 while 8 consumer warps run chunk n"),
     DeltaKernel("10", "delta/10_chunk_state_lean.cu", "kda_chunk_state_lean", "tc", "recurrence, lean producers", 80,
                 "09 with q, k, g read into registers (no staging) and conflict-free swizzled Kd^T stores"),
-    DeltaKernel("11", "delta/11_chunk_state_kd.cu", "kda_chunk_state_kd", "tc", "recurrence, Kd^T from 07", 80,
-                "10 with Kd^T made once per chunk and head by 07 and copied in: 40% less special-function work"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, KD_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
-    """The registry entry of a step ("01" ... "11"); a one-line error for an unknown one."""
+    """The registry entry of a step ("01" ... "10"); a one-line error for an unknown one."""
     for k in DELTA_KERNELS:
         if k.step == step:
             return k
@@ -505,8 +502,10 @@ def ws_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
 
 def lean_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     """Dynamic shared memory of ``kda_chunk_state_lean`` (10) in words (mirrors ``KdaLeanLayout``):
-    09's without the q, k, g staging."""
-    return ws_smem_words(K, V, BV, C) - 3 * C * K
+    two operand buffers (09's, with raw v and beta in place of beta v), S^T, X^T, V'^T; no staging."""
+    LK, LC = K // 2 + 4, C // 2 + 4
+    pbuf = 2 * C * LK + 2 * C * LK + 2 * K * LC + 4 * C * LC + C * BV + C + K
+    return 2 * pbuf + 2 * BV * LK + 4 * BV * LC
 
 
 def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
@@ -514,15 +513,10 @@ def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
     return (B, H, -(-T // C), 4, C, C // 2)
 
 
-def kd_workspace_shape(B: int, T: int, H: int, K: int, C: int = FUSED_CHUNK) -> tuple:
-    """07's optional second output, 11's input: per (b, h, chunk) Kd^T hi, lo as K x C/2 words."""
-    return (B, H, -(-T // C), 2, K, C // 2)
-
-
 def check_tc_device(compute_capability: int) -> None:
-    """06-11 need bf16 mma.sync, ldmatrix and cp.async (sm_80+): a one-line error elsewhere."""
+    """06-10 need bf16 mma.sync, ldmatrix and cp.async (sm_80+): a one-line error elsewhere."""
     if compute_capability < FUSED_MIN_CC:
-        raise ValueError(f"kda_tc (kernels 06-11, bf16 tensor cores) needs compute capability >= "
+        raise ValueError(f"kda_tc (kernels 06-10, bf16 tensor cores) needs compute capability >= "
                          f"{FUSED_MIN_CC / 10:.1f}, this GPU has {compute_capability / 10:.1f}; "
                          "use kda_chunk(..., state='simt')")
 
@@ -530,8 +524,8 @@ def check_tc_device(compute_capability: int) -> None:
 @dataclass
 class TcPlan:
     """Validated inputs, outputs, workspace and launch configurations of the 3xBF16 kernels:
-    ``impl="kd"`` runs 07 (token-parallel: pair products, inverse, and Kd^T) then 11 (the recurrence,
-    warp-specialised, Kd^T copied in); ``"lean"`` 07 then 10 (lean producers); ``"ws"`` 07 then 09; ``"split"`` 07 then 08 (the same recurrence,
+    ``impl="lean"`` runs 07 (token-parallel: pair products, inverse) then 10 (the recurrence, warp-
+    specialised, lean producers); ``"ws"`` 07 then 09; ``"split"`` 07 then 08 (the same recurrence,
     every warp in every phase); ``"fused"`` 06 alone (everything in the recurrence, no workspace)."""
     arrays: dict
     dims: tuple
@@ -577,17 +571,15 @@ class TcPlan:
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
             return self.o, self.final_state
-        kd = self.ws.get("KdT")
         if 1 in stages:
             c = cfg["prep"]
             self.kernels["prep"](c["grid"], c["block"],
-                                 (a["q"], a["k"], a["g"], a["beta"], self.ws["TA"], _ptr(kd), np.int32(T),
-                                  np.int32(H), self.scale), shared_mem=c["smem"])
+                                 (a["q"], a["k"], a["g"], a["beta"], self.ws["TA"], np.int32(T), np.int32(H),
+                                  self.scale), shared_mem=c["smem"])
         if 2 in stages:
             c = cfg["state"]
-            ops = (self.ws["TA"], kd) if kd is not None else (self.ws["TA"],)
             self.kernels["state"](c["grid"], c["block"],
-                                  (a["q"], a["k"], a["v"], a["g"], a["beta"], *ops, h0, self.o, fs,
+                                  (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
         return self.o, self.final_state
 
@@ -596,23 +588,20 @@ class TcPlan:
 
 
 #: The recurrence kernel after 07 of each two-kernel impl: source, function, threads, shared words.
-#: Those in KD_IMPLS also read 07's Kd^T (its second output).
 STATE_IMPLS = {
-    "kd": (KD_SRC, "kda_chunk_state_kd", WS_THREADS, lean_smem_words),
     "lean": (LEAN_SRC, "kda_chunk_state_lean", WS_THREADS, lean_smem_words),
     "ws": (WS_SRC, "kda_chunk_state_ws", WS_THREADS, ws_smem_words),
     "split": (ONCHIP_SRC, "kda_chunk_state_onchip", FUSED_THREADS, onchip_smem_words),
 }
-KD_IMPLS = ("kd",)
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
-DEFAULT_TC_IMPL = "kd"
+DEFAULT_TC_IMPL = "lean"
 
 
 def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                output_final_state: bool = False, bv: int | None = None, check_gate: bool = True,
                impl: str = DEFAULT_TC_IMPL, defines: dict | None = None) -> TcPlan:
-    """Validate, allocate and compile once; ``run()`` only launches (07 -> 11, 07 -> 10, 07 -> 09,
-    07 -> 08, or 06). ``defines`` go to the recurrence kernel's compiler (probe builds only)."""
+    """Validate, allocate and compile once; ``run()`` only launches (07 -> 10, 07 -> 09, 07 -> 08, or
+    06). ``defines`` go to the recurrence kernel's compiler (probe builds only)."""
     if impl not in SUPPORTED_TC_IMPL:
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     import cupy as cp
@@ -639,8 +628,6 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K)
         kernels["state"].max_dynamic_shared_size_bytes = 4 * words(K, V, bv)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
-        if impl in KD_IMPLS:
-            ws["KdT"] = cp.empty(kd_workspace_shape(B, T, H, K), dtype=cp.uint32)
     o = cp.empty((B, T, H, V), dtype=cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
     return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels)
@@ -649,8 +636,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
            output_final_state: bool = False, bv: int | None = None, impl: str = DEFAULT_TC_IMPL):
     """Chunked KDA on tensor cores with 3xBF16 products (fp32 in and out, fp32-class accuracy):
-    07 -> 11 (``impl="kd"``, default), 07 -> 10 (``"lean"``), 07 -> 09 (``"ws"``), 07 -> 08
-    (``"split"``) or 06 (``"fused"``). Returns CuPy
+    07 -> 10 (``impl="lean"``, default), 07 -> 09 (``"ws"``), 07 -> 08 (``"split"``) or 06
+    (``"fused"``). Returns CuPy
     ``(o, final_state or None)``."""
     return prepare_tc(q, k, v, g, beta, scale, initial_state, output_final_state, bv, impl=impl).run()
 
@@ -680,5 +667,4 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((ONCHIP_SRC, "kda_chunk_state_onchip", (K, V, FUSED_CHUNK, bv)))
             out.append((WS_SRC, "kda_chunk_state_ws", (K, V, FUSED_CHUNK, bv)))
             out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv)))
-            out.append((KD_SRC, "kda_chunk_state_kd", (K, V, FUSED_CHUNK, bv)))
     return out
