@@ -71,11 +71,6 @@ static __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
-// Ask L2 to fetch the 128-byte line holding p (no register, no completion to wait for): issued a
-// few iterations ahead, it turns a later load's DRAM latency into an L2 hit.
-static __device__ __forceinline__ void prefetch_l2(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
 // ---- named barriers (bar.sync / bar.arrive on ids 1-15; id 0 is __syncthreads): a subset of the
 // block's warps synchronises (sync), or signals without waiting (arrive), e.g. a producer warp group
 // handing a shared-memory buffer to consumer warps. n counts threads, a multiple of 32; every warp

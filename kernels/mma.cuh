@@ -151,6 +151,14 @@ static __device__ __forceinline__ void ldm_b16x2(const unsigned* s, int ld, int 
 static __device__ __forceinline__ void ldm_b16x1(const unsigned* s, int ld, int lane, unsigned (&b)[2]) {
     ldmatrix_x2(b, s + (lane & 7) * ld + ((lane >> 3) & 1) * 4);
 }
+// Word offset of (row r, word w) in an array of LD-word rows whose 16-byte chunks are XOR-swizzled
+// by row: chunk w / 4 is stored at chunk (w / 4) ^ ((r / 8) % 4). Eight consecutive rows (one
+// ldmatrix matrix) share the XOR, so ldmatrix sees plain padded rows, while 16-byte stores from
+// lanes holding rows 8 apart spread over more banks (kernels/delta/10 and 11: Kd^T).
+template <int LD>
+static __device__ __forceinline__ int kdt_word(int r, int w) {
+    return r * LD + ((((w >> 2) ^ (r >> 3)) & 3) << 2) + (w & 3);
+}
 // d += A B for (hi, lo) fragments where B is one tile of a ldm_b16x2 pair (half = 0 or 1).
 static __device__ __forceinline__ void mma_3xbf16_half(float (&d)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
                                                        const unsigned (&bh)[4], const unsigned (&bl)[4], int half) {

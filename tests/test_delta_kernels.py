@@ -228,10 +228,7 @@ def test_registry_lists_every_delta_kernel_file_once():
 def test_tensor_core_launcher_mirrors_the_kernel_layouts_and_errors():
     # shared-memory mirrors at the sizes the kernels' static_asserts and the CPU model agree on
     assert 4 * dk.ws_smem_words(128, 128, 32) <= 227 * 1024
-    # 10 drops 09's staging (q, k, g; v), its group sums and beta; each operand buffer gains beta
-    NQ09 = 256 // 64
-    assert dk.lean_smem_words(128, 128, 32) == (dk.ws_smem_words(128, 128, 32) - 3 * 32 * 128 - 32 * 32
-                                                - NQ09 * 128 - 32 + 2 * 32)
+    assert dk.lean_smem_words(128, 128, 32) == dk.ws_smem_words(128, 128, 32) - 3 * 32 * 128
     assert 4 * dk.fused_smem_words(128, 128, 32) <= 227 * 1024
     assert 3 * 4 * dk.prep_smem_words(128) <= 228 * 1024, "07 is sized for three blocks per SM"
     assert dk.ta_workspace_shape(2, 33, 3) == (2, 3, 2, 4, 32, 16)

@@ -1,30 +1,21 @@
-// 10 — chunked KDA, 09's warp-specialised recurrence with lean producers: q, k, g, beta go straight
-// into registers, the producer warps never wait for each other, and their shared-memory stores are
-// conflict-free.
+// 10 — chunked KDA, 09's warp-specialised recurrence with a lean producer: the producers read
+// q, k and g straight into registers and write Kd^T with conflict-free 16-byte stores.
 //
 // What changed from 09, and why. Notebook 13's Nsight Compute table shows 09 issuing about as
-// many shared-memory wavefronts per chunk as it has cycles per chunk, and clock stamps in its
-// probe build show the producers busy the whole chunk while the consumers wait for them. So the
-// producers get lighter:
+// many shared-memory wavefronts per chunk as it has cycles per chunk: the shared-memory pipe, not
+// the tensor pipe, sets its pace. Two of those streams are the producers' and add nothing:
 //  * 09 copies q, k and g of the next chunk into a staging buffer (cp.async), then reads them back
 //    into registers for P1: every element crosses shared memory twice. Here each producer thread
-//    loads its own elements (8 tokens x 2 channels of q, k, g, and the 8 betas, at K = 128) from
-//    global memory into registers a chunk ahead, right after P1 has used the previous ones.
-//  * 09's producers meet at four named barriers per chunk (staging landed; per-group gate sums
-//    exchanged through shared memory; staging read; beta v built). Here the four row groups of a
-//    channel pair sit in one warp (lanes 8g..8g+7 hold rows 8g..8g+7 of 8 pairs at K = 128), so
-//    the cumulative gate sums cross groups by shuffles, in 09's order of additions; v and beta go
-//    into the operand buffer as they are (cp.async / registers) and the consumers form beta v
-//    where they use it. Each producer warp now runs from EMPTY to FULL without waiting.
+//    loads its own elements (8 rows x 2 channels of q, k, g at K = 128) from global memory into
+//    registers one chunk ahead, right after P1 has used the previous ones. The staging buffer
+//    shrinks to beta v's columns (C x BV floats).
 //  * 09 stores Kd^T (rows = channels, a word per pair of tokens) one 4-byte word at a time from
-//    lanes holding consecutive channel pairs: an 8-way bank conflict with 20-word rows. Here a
-//    thread builds its 8 tokens of both channels (4 words per channel row) and stores 16 bytes at
-//    once, the 16-byte chunks of row r XOR-swizzled by (r / 8) % 4: conflict-free for the stores
-//    and for the consumers' ldmatrix (8 consecutive rows share the XOR). Qg and Kbg rows are
-//    swizzled the same way (by 2 ((r / 8) % 4) chunks at K = 128) so the four row groups of a
-//    warp store into different banks. (At K = 64: 8-byte Kd^T stores, at most 2-way.)
-//  * An L2 prefetch of chunk n+2's q, k, g, v rows and 07's words turns the next copies' and
-//    loads' DRAM latency into L2 hits.
+//    lanes that hold consecutive channel pairs: with 20-word rows that is an 8-way bank conflict.
+//    Here a thread first builds its 8 tokens of both channels (4 words per channel row, 16 bytes)
+//    and stores them at once; the 16-byte chunks of a row are XOR-swizzled by (row / 8) % 4, so the
+//    eight lanes of a quarter-warp hit eight different 4-bank groups and the consumers' ldmatrix
+//    (8 consecutive rows, one chunk) stays conflict-free. (At K = 64 a thread holds 4 tokens:
+//    8-byte stores, at most 2-way.)
 //
 // The arithmetic is 09's, operation for operation, so 10 reproduces 09 (and 08) bit for bit.
 //
@@ -40,9 +31,6 @@
 #define KDA_PROBE 0
 #endif
 #define KDA_NSTAMP 48
-#ifndef KDA_PREFETCH
-#define KDA_PREFETCH 0
-#endif
 #if KDA_PROBE == 3
 #define KDA_STAMP(j)                                                                                \
     do {                                                                                            \
@@ -64,36 +52,25 @@ struct KdaLeanLayout {
     static constexpr int NCT = 32 * NWC, NPT = 32 * NWP, NTH = NCT + NPT;
     static constexpr int LK = K / 2 + 4;        // words per row of [.][K] bf16-pair arrays
     static constexpr int LC = C / 2 + 4;        // words per row of [.][C] bf16-pair arrays
-    static constexpr int PPW = (K / 2) / NWP;   // channel pairs per producer warp
-    static constexpr int NQ = 32 / PPW;         // row groups (lanes PPW apart in a warp)
+    static constexpr int NQ = NPT / (K / 2);    // producer row groups
+    // staging of the next chunk's v columns (fp32, cp.async); q, k, g travel in registers
+    static constexpr int OFF_V = 0;
     // one operand buffer (two of them): bf16 pairs hi/lo, then 07's words, then fp32
-    static constexpr int PB_QG = 0;                       // Qg [C][LK] x2, 16-byte chunks swizzled
-    static constexpr int PB_KB = PB_QG + 2 * C * LK;      // Kbg, likewise
-    static constexpr int PB_KDT = PB_KB + 2 * C * LK;     // Kd^T [K][LC] x2, likewise
+    static constexpr int PB_QG = 0;                       // Qg [C][LK] x2
+    static constexpr int PB_KB = PB_QG + 2 * C * LK;      // Kbg
+    static constexpr int PB_KDT = PB_KB + 2 * C * LK;     // Kd^T [K][LC] x2, 16-byte chunks swizzled
     static constexpr int PB_TA = PB_KDT + 2 * K * LC;     // T hi, T lo, Aqk hi, Aqk lo [C][LC]
-    static constexpr int PB_V = PB_TA + 4 * C * LC;       // v [C][BV] (fp32, this block's columns)
-    static constexpr int PB_BETA = PB_V + C * BV;         // beta [C]
-    static constexpr int PB_GL = PB_BETA + C;             // 2^G_L [K] (fp32)
+    static constexpr int PB_BV = PB_TA + 4 * C * LC;      // beta v [C][BV] (fp32)
+    static constexpr int PB_GL = PB_BV + C * BV;          // 2^G_L [K] (fp32)
     static constexpr int PB_WORDS = PB_GL + K;
-    static constexpr int OFF_PB = 0;
+    static constexpr int OFF_PB = OFF_V + C * BV;
     static constexpr int OFF_ST = OFF_PB + 2 * PB_WORDS;  // S^T [BV][LK] x2
     static constexpr int OFF_XT = OFF_ST + 2 * BV * LK;   // X^T [BV][LC] x2
     static constexpr int OFF_VT = OFF_XT + 2 * BV * LC;   // V'^T [BV][LC] x2
-    static constexpr int WORDS = OFF_VT + 2 * BV * LC;
+    static constexpr int OFF_TOT = OFF_VT + 2 * BV * LC;  // producers' group gate sums [NQ][K]
+    static constexpr int OFF_BETA = OFF_TOT + NQ * K;     // beta [C]
+    static constexpr int WORDS = OFF_BETA + C;
 };
-
-// Word offset of (row r, word w) in a swizzled bf16-pair array of LD-word rows: the 16-byte chunk
-// w / 4 is stored at chunk (w / 4) ^ (SW * ((r / 8) % 4)). Eight consecutive rows (one ldmatrix
-// matrix) share the XOR, so ldmatrix sees plain padded rows.
-template <int LD, int SW>
-static __device__ __forceinline__ int swz_word(int r, int w) {
-    return r * LD + (((w >> 2) ^ (SW * ((r >> 3) & 3))) << 2) + (w & 3);
-}
-// ldm_a16 (mma.cuh) on a swizzled array: A tile of 16 rows from row r0, words w0.. (w0 % 8 == 0).
-template <int LD, int SW>
-static __device__ __forceinline__ void ldm_a16_swz(const unsigned* s, int r0, int w0, int lane, unsigned (&a)[4]) {
-    ldmatrix_x4(a, s + swz_word<LD, SW>(r0 + ((lane >> 3) & 1) * 8 + (lane & 7), w0 + (lane >> 4) * 4));
-}
 
 template <int K, int V, int C, int BV>
 __global__ void __launch_bounds__(512, 1)
@@ -107,19 +84,21 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
     using L = KdaLeanLayout<K, V, C, BV>;
     static_assert(C == 32, "07 hands over T and Aqk for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
-    constexpr int NWC = L::NWC, NCT = L::NCT, NPT = L::NPT, NTH = L::NTH, NQ = L::NQ, PPW = L::PPW, RPG = C / NQ;
+    constexpr int NWC = L::NWC, NCT = L::NCT, NPT = L::NPT, NTH = L::NTH, NQ = L::NQ, RPG = C / NQ;
     constexpr int LK = L::LK, LC = L::LC;
-    constexpr int SWQ = K == 128 ? 2 : 1;   // swizzle step of Qg / Kbg rows (see the header)
     constexpr int MT = C / 16, NT8 = BV / 8;
     constexpr int NS1 = 2 * MT * (NT8 / 2);
     constexpr int NSTILE = (K / 16) * NT8, SN = NSTILE / NWC;
     static_assert(NSTILE % NWC == 0 && NT8 % SN == 0 && (SN % 2 == 0 || SN == 1), "state tiles must split evenly");
-    static_assert(NS1 <= NWC && RPG % 2 == 0 && NQ * RPG == C, "one S1 job per consumer warp at most");
-    constexpr int BAR_CONS = 1, BAR_FULL = 3, BAR_EMPTY = 5;   // FULL/EMPTY: + buffer
+    static_assert(NS1 <= NWC && RPG % 2 == 0, "one S1 job per consumer warp at most");
+    constexpr int BAR_CONS = 1, BAR_PROD = 2, BAR_FULL = 3, BAR_EMPTY = 5;   // FULL/EMPTY: + buffer
 
     KDA_DYNAMIC_SHARED(smem_f);
     if (kda_dynamic_smem_size() < (unsigned)(L::WORDS * 4)) __trap();
     unsigned* const words = reinterpret_cast<unsigned*>(smem_f);
+    float* sv = smem_f + L::OFF_V;
+    float* sTot = smem_f + L::OFF_TOT;
+    float* sBeta = smem_f + L::OFF_BETA;
     unsigned* StH = words + L::OFF_ST;  unsigned* StL = StH + BV * LK;
     unsigned* XtH = words + L::OFF_XT;  unsigned* XtL = XtH + BV * LC;
     unsigned* VtH = words + L::OFF_VT;  unsigned* VtL = VtH + BV * LC;
@@ -141,20 +120,18 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
 
     if (warp >= NWC) {
         // ================================================ producers: copies and P1, one chunk ahead
-        const int pw = warp - NWC;
-        const int grp = lane / PPW, pp = pw * PPW + lane % PPW;   // row group, channel pair
-        const int c0 = 2 * pp, r0 = grp * RPG;
-        constexpr int KW = RPG / 2;                  // Kd^T words per channel row from one thread
-        constexpr int VPR = BV / 4, VPASS = (C * VPR + NPT - 1) / NPT;
-        constexpr int TAQ = 4 * C * (C / 8);
-        static_assert(TAQ % NPT == 0 && (KW == 2 || KW == 4), "copy slots must tile the chunk");
         const int ptid = tid - NCT;
-        const long long qk_row = (long long)H * K;
-        // this thread's channels (c0, c0 + 1) of rows r0 .. r0 + RPG - 1 and their betas, in
-        // registers a chunk ahead
+        constexpr int VPR = BV / 4, VROWS = NPT / VPR, VPASS = (C + VROWS - 1) / VROWS;
+        constexpr int TAQ = 4 * C * (C / 8);
+        constexpr int KW = RPG / 2;                  // Kd^T words per channel row from one thread
+        static_assert(TAQ % NPT == 0 && (KW == 2 || KW == 4), "copy slots must tile the chunk");
+        const int vi0 = ptid / VPR, vc = (ptid % VPR) * 4;
+        const int pp = ptid % (K / 2), grp = ptid / (K / 2);
+        const int c0 = 2 * pp, r0 = grp * RPG;
+        const long long qk_row = (long long)H * K, v_row = (long long)H * V;
+        // this thread's channels (c0, c0 + 1) of rows r0 .. r0 + RPG - 1, in registers a chunk ahead
         const long long base = kda_bthd(b, 0, h, c0, TT, H, K);
         float2 rq[RPG], rk[RPG], rg[RPG];
-        float rb[RPG];
         auto load_regs = [&](int n) {
 #pragma unroll
             for (int ii = 0; ii < RPG; ++ii) {
@@ -164,68 +141,62 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                     rq[ii] = *reinterpret_cast<const float2*>(q + off);
                     rk[ii] = *reinterpret_cast<const float2*>(k + off);
                     rg[ii] = *reinterpret_cast<const float2*>(g + off);
-                    rb[ii] = beta[(b * TT + tt) * H + h];
                 } else {
                     rq[ii] = rk[ii] = rg[ii] = make_float2(0.f, 0.f);
-                    rb[ii] = 0.f;
                 }
             }
         };
-        const unsigned* ta_head = TA + bh * NC * (4LL * C * (C / 2));
-        // 07's words and this block's v columns of chunk n, straight into its operand buffer
-        auto copy_chunk = [&](int n) {
-            unsigned* pb = pbuf(n);
-            const unsigned* src = ta_head + (long long)n * (4 * C * (C / 2));
-#pragma unroll
-            for (int idx = ptid; idx < TAQ; idx += NPT) {
-                const int row = idx / (C / 8), qd = idx % (C / 8);
-                cp_async16(pb + L::PB_TA + row * LC + 4 * qd, src + row * (C / 2) + 4 * qd);
-            }
-            float* sV = reinterpret_cast<float*>(pb + L::PB_V);
+        const float* vp = v + kda_bthd(b, 0, h, v0 + vc, TT, H, V);
+        auto load_v = [&](int n) {
+            const long long tfirst = (long long)n * C;
 #pragma unroll
             for (int p2 = 0; p2 < VPASS; ++p2) {
-                const int idx = ptid + p2 * NPT, i = idx / VPR, vc = (idx % VPR) * 4;
+                const int i = vi0 + p2 * VROWS;
                 if (i < C) {
-                    const long long tt = (long long)n * C + i;
-                    if (tt < TT) cp_async16(sV + i * BV + vc, v + kda_bthd(b, tt, h, v0 + vc, TT, H, V));
-                    else kda_st4(sV + i * BV + vc, make_float4(0.f, 0.f, 0.f, 0.f));
+                    const long long tt = tfirst + i;
+                    if (tt < TT) cp_async16(sv + i * BV + vc, vp + tt * v_row);
+                    else kda_st4(sv + i * BV + vc, make_float4(0.f, 0.f, 0.f, 0.f));
                 }
             }
             cp_async_commit();
         };
-        // L2 prefetch of chunk m: its q, k, g rows (K floats each), v rows (BV floats) and 07's words
-        auto prefetch_chunk = [&](int m) {
-            constexpr int LPR = K / 32, QKG = 3 * C * LPR, TAL = 4 * C * (C / 2) / 32;
-            const long long tfirst = (long long)m * C;
-            for (int idx = ptid; idx < QKG + C + TAL; idx += NPT) {
-                if (idx < QKG) {
-                    const int tsr = idx / (C * LPR), row = (idx / LPR) % C, seg = idx % LPR;
-                    const float* src = tsr == 0 ? q : tsr == 1 ? k : g;
-                    if (tfirst + row < TT) prefetch_l2(src + kda_bthd(b, tfirst + row, h, 32 * seg, TT, H, K));
-                } else if (idx < QKG + C) {
-                    const int row = idx - QKG;
-                    if (tfirst + row < TT) prefetch_l2(v + kda_bthd(b, tfirst + row, h, v0, TT, H, V));
-                } else {
-                    prefetch_l2(ta_head + (long long)m * (4 * C * (C / 2)) + 32 * (idx - QKG - C));
-                }
+        const unsigned* ta_head = TA + bh * NC * (4LL * C * (C / 2));
+        auto load_ta = [&](int n) {
+            const unsigned* src = ta_head + (long long)n * (4 * C * (C / 2));
+            unsigned* dst = pbuf(n) + L::PB_TA;
+#pragma unroll
+            for (int idx = ptid; idx < TAQ; idx += NPT) {
+                const int row = idx / (C / 8), qd = idx % (C / 8);
+                cp_async16(dst + row * LC + 4 * qd, src + row * (C / 2) + 4 * qd);
             }
+            cp_async_commit();
         };
         load_regs(0);
+        load_v(0);
+        // beta of the next chunk is loaded a chunk ahead (a global load's latency would otherwise
+        // stall the producers at every chunk)
+        auto beta_of = [&](int n) {
+            const long long tt = (long long)n * C + ptid;
+            return (ptid < C && tt < TT) ? beta[(b * TT + tt) * H + h] : 0.0f;
+        };
+        float beta_next = beta_of(0);
         for (int n = 0; n < NC; ++n) {
             unsigned* pb = pbuf(n);
             unsigned* QgH = pb + L::PB_QG;  unsigned* QgL = QgH + C * LK;
             unsigned* KbH = pb + L::PB_KB;  unsigned* KbL = KbH + C * LK;
             unsigned* KdH = pb + L::PB_KDT; unsigned* KdL = KdH + K * LC;
+            float* sBV = reinterpret_cast<float*>(pb + L::PB_BV);
             float* sGL = reinterpret_cast<float*>(pb + L::PB_GL);
-            float* sBeta = reinterpret_cast<float*>(pb + L::PB_BETA);
             KDA_STAMP(0);
-            if (KDA_PREFETCH && n + KDA_PREFETCH < NC) prefetch_chunk(n + KDA_PREFETCH);
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), NTH);   // consumers are done with chunk n-2
             KDA_STAMP(1);
-            copy_chunk(n);
+            load_ta(n);
+            if (ptid < C) sBeta[ptid] = beta_next;
+            if (n + 1 < NC) beta_next = beta_of(n + 1);
+            cp_async_wait<1>();                                      // this thread's v copies
+            named_bar_sync(BAR_PROD, NPT);                           // everyone's, and beta
+            KDA_STAMP(2);
             if (KDA_PROBE != 2) {
-                // cumulative gates: this thread's rows, then the groups before it (lanes PPW apart),
-                // added in group order as 09 adds its shared-memory group sums
                 float run0 = 0.f, run1 = 0.f;
 #pragma unroll
                 for (int ii = 0; ii < RPG; ++ii) {   // rg becomes the running sums G
@@ -233,20 +204,20 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                     run1 += rg[ii].y * KDA_LOG2E;
                     rg[ii].x = run0; rg[ii].y = run1;
                 }
+                sTot[grp * K + c0] = run0;
+                sTot[grp * K + c0 + 1] = run1;
+            }
+            named_bar_sync(BAR_PROD, NPT);                           // group sums visible
+            KDA_STAMP(3);
+            if (KDA_PROBE != 2) {
                 float off0 = 0.f, off1 = 0.f, gl0 = 0.f, gl1 = 0.f;
 #pragma unroll
                 for (int q2 = 0; q2 < NQ; ++q2) {
-                    const float tot0 = __shfl_sync(ATTNLAB_FULL_MASK, run0, q2 * PPW + lane % PPW);
-                    const float tot1 = __shfl_sync(ATTNLAB_FULL_MASK, run1, q2 * PPW + lane % PPW);
                     if (q2 == grp) { off0 = gl0; off1 = gl1; }
-                    gl0 += tot0;
-                    gl1 += tot1;
+                    gl0 += sTot[q2 * K + c0];
+                    gl1 += sTot[q2 * K + c0 + 1];
                 }
                 if (grp == 0) { sGL[c0] = fast_exp2(gl0); sGL[c0 + 1] = fast_exp2(gl1); }
-                if (pp == 0) {
-#pragma unroll
-                    for (int ii = 0; ii < RPG; ++ii) sBeta[r0 + ii] = rb[ii];
-                }
                 unsigned kdh[2][KW], kdl[2][KW];   // [channel][token pair]: this thread's Kd^T words
 #pragma unroll
                 for (int ii = 0; ii < RPG; ii += 2) {
@@ -257,13 +228,12 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                         const float G0 = rg[ii + d].x + off0, G1 = rg[ii + d].y + off1;
                         const float e0 = fast_exp2(G0), e1 = fast_exp2(G1);
                         const float2 qq = rq[ii + d], kk = rk[ii + d];
-                        const float se0 = scale * e0, se1 = scale * e1, bi = rb[ii + d];
-                        const int w = swz_word<LK, SWQ>(i, pp);
+                        const float se0 = scale * e0, se1 = scale * e1, bi = sBeta[i];
                         unsigned hw, lw;
                         split_bf16x2(qq.x * se0, qq.y * se1, hw, lw);
-                        QgH[w] = hw; QgL[w] = lw;
+                        QgH[i * LK + pp] = hw; QgL[i * LK + pp] = lw;
                         split_bf16x2(bi * kk.x * e0, bi * kk.y * e1, hw, lw);
-                        KbH[w] = hw; KbL[w] = lw;
+                        KbH[i * LK + pp] = hw; KbL[i * LK + pp] = lw;
                         kd[d][0] = kk.x * fast_exp2(gl0 - G0);   // exponent <= 0: never overflows
                         kd[d][1] = kk.y * fast_exp2(gl1 - G1);
                     }
@@ -272,7 +242,7 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                 }
 #pragma unroll
                 for (int ch = 0; ch < 2; ++ch) {   // one 16-byte (K = 128) or 8-byte (K = 64) store per array
-                    const int w = swz_word<LC, 1>(c0 + ch, r0 / 2);
+                    const int w = kdt_word<LC>(c0 + ch, r0 / 2);
                     if constexpr (KW == 4) {
                         *reinterpret_cast<U4*>(KdH + w) = U4{kdh[ch][0], kdh[ch][1], kdh[ch][2], kdh[ch][3]};
                         *reinterpret_cast<U4*>(KdL + w) = U4{kdl[ch][0], kdl[ch][1], kdl[ch][2], kdl[ch][3]};
@@ -282,10 +252,18 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                     }
                 }
             }
-            KDA_STAMP(2);
+            KDA_STAMP(4);
             if (n + 1 < NC) load_regs(n + 1);                        // lands while the consumers work
-            cp_async_wait<0>();                                      // this thread's copies of chunk n
-            KDA_STAMP(3);
+            for (int idx = ptid; idx < C * BV; idx += NPT) sBV[idx] = sBeta[idx / BV] * sv[idx];
+            KDA_STAMP(5);
+            named_bar_sync(BAR_PROD, NPT);                           // staging, sTot and beta read
+            if (n + 1 < NC) {
+                load_v(n + 1);
+                cp_async_wait<1>();                                  // 07's words of chunk n
+            } else {
+                cp_async_wait<0>();
+            }
+            KDA_STAMP(6);
             named_bar_arrive(BAR_FULL + (n & 1), NTH);              // buffer n & 1 holds chunk n
         }
         return;
@@ -316,8 +294,7 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
         const unsigned* KdH = pb + L::PB_KDT; const unsigned* KdL = KdH + K * LC;
         const unsigned* TH = pb + L::PB_TA;   const unsigned* TL = TH + C * LC;
         const unsigned* AqH = TL + C * LC;    const unsigned* AqL = AqH + C * LC;
-        const float* sV = reinterpret_cast<const float*>(pb + L::PB_V);
-        const float* sBeta = reinterpret_cast<const float*>(pb + L::PB_BETA);
+        const float* sBV = reinterpret_cast<const float*>(pb + L::PB_BV);
         const float* sGL = reinterpret_cast<const float*>(pb + L::PB_GL);
         KDA_STAMP(0);
         named_bar_sync(BAR_FULL + (n & 1), NTH);   // chunk n's operands; S^T of chunk n complete
@@ -329,15 +306,14 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
         // ------------------------------------------------ S1: X = beta v - Kbg S,  O = Qg S
         float oacc[2][4] = {};
         if (has_s1) {
-            const unsigned* AH = s1_mt < MT ? KbH : QgH;
-            const unsigned* AL = s1_mt < MT ? KbL : QgL;
-            const int ar0 = (s1_mt % MT) * 16;
+            const unsigned* AH = (s1_mt < MT ? KbH + s1_mt * 16 * LK : QgH + (s1_mt - MT) * 16 * LK);
+            const unsigned* AL = (s1_mt < MT ? KbL + s1_mt * 16 * LK : QgL + (s1_mt - MT) * 16 * LK);
             float acc[2][2][4] = {};   // [n-tile][k parity]
 #pragma unroll
             for (int kk = 0; kk < K / 16; ++kk) {
                 unsigned ah[4], al[4], bh2[4], bl2[4];
-                ldm_a16_swz<LK, SWQ>(AH, ar0, kk * 8, lane, ah);
-                ldm_a16_swz<LK, SWQ>(AL, ar0, kk * 8, lane, al);
+                ldm_a16(AH + kk * 8, LK, lane, ah);
+                ldm_a16(AL + kk * 8, LK, lane, al);
                 ldm_b16x2(StH + s1_ng * 16 * LK + kk * 8, LK, lane, bh2);
                 ldm_b16x2(StL + s1_ng * 16 * LK + kk * 8, LK, lane, bl2);
                 mma_3xbf16_half(acc[0][kk & 1], ah, al, bh2, bl2, 0);
@@ -353,7 +329,7 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = s1_mt * 16 + g8 + 8 * (e / 2), c = n0 + 2 * t4 + e % 2;
-                        x[e] = sBeta[i] * sV[i * BV + c] - oacc[j][e];
+                        x[e] = sBV[i * BV + c] - oacc[j][e];
                     }
                     store_acc_split_t(XtH, XtL, LC, s1_mt * 16, n0, x, g8, t4);
                 }
@@ -411,8 +387,12 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
 #pragma unroll
             for (int kk = 0; kk < MT; ++kk) {
                 unsigned ah[4], al[4];
-                ldm_a16_swz<LC, 1>(KdH, sm * 16, kk * 8, lane, ah);
-                ldm_a16_swz<LC, 1>(KdL, sm * 16, kk * 8, lane, al);
+                {   // ldm_a16 on the swizzled rows: lane's row and 16-byte chunk
+                    const int r = sm * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                    const int w = kdt_word<LC>(r, kk * 8 + (lane >> 4) * 4);
+                    ldmatrix_x4(ah, KdH + w);
+                    ldmatrix_x4(al, KdL + w);
+                }
                 if constexpr (SN == 1) {
                     unsigned bh2[2], bl2[2];
                     ldm_b16x1(VtH + sn0 * 8 * LC + kk * 8, LC, lane, bh2);

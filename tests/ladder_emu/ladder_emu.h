@@ -87,7 +87,6 @@ inline void emu_named_bar(int id, int n, bool wait) {
     if (wait) b.cv.wait(lk, [&] { return b.gen != gen; });
 }
 inline void named_bar_sync(int id, int n) { emu_named_bar(id, n, true); }
-inline void prefetch_l2(const void*) {}   // a cache hint: nothing to model
 inline void named_bar_arrive(int id, int n) { emu_named_bar(id, n, false); }
 
 inline float __shfl_xor_sync(unsigned, float x, int offset) {

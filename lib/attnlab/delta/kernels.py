@@ -502,10 +502,8 @@ def ws_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
 
 def lean_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     """Dynamic shared memory of ``kda_chunk_state_lean`` (10) in words (mirrors ``KdaLeanLayout``):
-    two operand buffers (09's, with raw v and beta in place of beta v), S^T, X^T, V'^T; no staging."""
-    LK, LC = K // 2 + 4, C // 2 + 4
-    pbuf = 2 * C * LK + 2 * C * LK + 2 * K * LC + 4 * C * LC + C * BV + C + K
-    return 2 * pbuf + 2 * BV * LK + 4 * BV * LC
+    09's without the q, k, g staging."""
+    return ws_smem_words(K, V, BV, C) - 3 * C * K
 
 
 def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
