@@ -161,6 +161,7 @@ DELTA_NOTEBOOKS = {
         ("07 prep", "07", dict(impl="ws", stages=(1,))),
         ("08 recurrence", "08", dict(impl="split", stages=(2,))),
         ("09 recurrence (warp-specialised)", "09", dict(impl="ws", stages=(2,))),
+        ("10 recurrence (lean producers)", "10", dict(impl="lean", stages=(2,))),
     ),
 }
 DELTA_B, DELTA_H, DELTA_T, DELTA_K = 2, 16, 4096, 128

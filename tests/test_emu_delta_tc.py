@@ -128,12 +128,13 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
             launch = kernel.launches[-1]
             assert launch["shared_mem"] == cfg[name]["smem"] and launch["block"] == cfg[name]["block"], (impl, name)
         assert plan.workspace_bytes() == (0 if impl == "fused" else 4 * int(np.prod(dk.ta_workspace_shape(2, 37, 2))))
-    o, s = dk.kda_tc(**d)                     # defaults: 07 -> 09, no final state
+    o, s = dk.kda_tc(**d)                     # defaults: 07 -> 10, no final state
     assert s is None and rel(o, ref_o) < TOL
 
     checks = fast.check_correctness([dict(B=1, T=33, H=2, K=64, V=64, gate="const", init=True)], seed=1)
     assert len(checks) == 2 * len(fast.TC_IMPLS) and checks["passed"].all()
-    assert checks["matches_07_08"].dropna().astype(bool).all() and checks["matches_07_08"].notna().sum() == 2
+    assert checks["matches_07_08"].dropna().astype(bool).all()
+    assert checks["matches_07_08"].notna().sum() == 2 * len(fast.SAME_AS_08)   # both value-block widths
     mem = fast.peak_memory(1, 2, 64, 64, [40], with_fla=False)
     ws = mem[mem["implementation"] == fast.BEST].iloc[0]
     assert ws["extra_bytes"] == ws["model_bytes"] > 0
@@ -207,3 +208,28 @@ def test_tensor_core_kernels_under_sanitizers(tmp_path):
     ref_o, _ = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
     for tag in ("fz", "ts", "ws", "ln"):
         assert rel(np.fromfile(tmp_path / f"{tag}_o", np.float32).reshape(B, T, H, V), ref_o) < TOL, tag
+
+
+def test_phase_stamps_cover_kernel_10_and_summarise():
+    """The stamp phases notebook 13 reads match kernel 10's KDA_STAMP calls (stamps 0-6 once per role),
+    and phase_summary gives each phase's share of its role's chunk period."""
+    import re
+
+    import pandas as pd
+
+    from attnlab.delta import fast
+    from attnlab.delta import kernels as dk
+
+    src = (ROOT / "kernels" / dk.delta_kernel("10").source).read_text()
+    producer, consumer = src.split("// ==================================================== consumers")
+    for role, text in (("producer", producer), ("consumer", consumer)):
+        stamps = sorted(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", text))
+        assert stamps == list(range(7)), (role, stamps)
+        used = sorted({i for _, a, b in fast.STAMP_PHASES[role] for i in (a, b)})
+        assert used == list(range(7)), role
+    rows = [dict(role=r, warp=w, phase=p, median_cycles=c) for r, w0 in (("consumer", 0), ("producer", 8))
+            for w in (w0, w0 + 1) for p, c in (("wait", 100.0 + w), ("work", 300.0), ("chunk period", 400.0))]
+    m = fast.phase_summary(pd.DataFrame(rows)).set_index(["role", "phase"])
+    assert m.loc[("consumer", "work"), "share_of_period"] == pytest.approx(0.75)
+    assert m.loc[("producer", "wait"), "median_cycles"] == pytest.approx(108.5)
+    assert m.loc[("producer", "chunk period"), "share_of_period"] == pytest.approx(1.0)

@@ -462,6 +462,9 @@ FMA_PIPE = "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
 ISSUE = "sm__inst_issued.avg.pct_of_peak_sustained_active"
 OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
 DURATION = "gpu__time_duration.sum"
+#: the shared-memory data pipe: wavefronts of every LSU shared access (LDS, STS, ldmatrix), % of
+#: its peak (one wavefront per cycle per SM) over the elapsed cycles
+SMEM_PIPE = "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed"
 #: shared memory: (bank conflicts, wavefronts) per access kind. ld/st are the L1 hardware counters
 #: of LDS/STS; ldsm is ldmatrix, counted by SASS instrumentation (the MemoryWorkloadAnalysis
 #: tables' "Shared Load Matrix" row).
@@ -476,7 +479,7 @@ SMEM = {
 
 #: The counters the flash notebooks record (besides launch__* attributes ncu reports anyway).
 FLASH_METRICS: tuple[str, ...] = (
-    DURATION, *TENSOR_PIPE, HMMA_INST, FMA_PIPE, ISSUE, OCCUPANCY,
+    DURATION, *TENSOR_PIPE, HMMA_INST, FMA_PIPE, ISSUE, OCCUPANCY, SMEM_PIPE,
     *(m for pair in SMEM.values() for m in pair),
     *(stall_metric(r) for r in STALL_REASONS),
 )
@@ -542,7 +545,8 @@ def flash_wide(long_table):
 FLASH_SUMMARY_COLUMNS = [
     "kernel", "step", "dtype", "causal", "B", "H", "N", "D", "params", "n_kernels", "ncu_kernels",
     "duration_us", "tensor_pipe_pct", "hmma_inst_pct", "fma_pipe_pct", "issue_pct", "occupancy_pct",
-    "smem_ld_conflicts", "smem_ld_conflicts_per_wavefront", "smem_st_conflicts", "smem_st_conflicts_per_wavefront",
+    "smem_pipe_pct", "smem_ld_conflicts", "smem_ld_conflicts_per_wavefront", "smem_st_conflicts",
+    "smem_st_conflicts_per_wavefront",
     "ldsm_conflicts", "ldsm_conflicts_per_wavefront", "stall_per_issue",
     "stall_1", "stall_1_share", "stall_2", "stall_2_share", "stall_3", "stall_3_share"]
 
@@ -561,6 +565,7 @@ def flash_summary(long_table):
       tensor op; mma.sync's HMMA cycles where the all-tensor metric is n/a); ``hmma_inst_pct``:
       HMMA instructions issued, % of the pipe's peak; ``fma_pipe_pct``: FMA-pipe cycles active;
       ``issue_pct``: issue slots busy; ``occupancy_pct``: achieved occupancy (warps active);
+      ``smem_pipe_pct``: shared-memory wavefronts (LDS, STS, ldmatrix), % of one per SM cycle;
     * ``smem_{ld,st}_conflicts``: shared-memory bank conflicts of LDS/STS (L1 hardware
       counters), ``ldsm_conflicts`` of ldmatrix (SASS counters), each with ``_per_wavefront``:
       conflicts / wavefronts (0 = conflict-free; 0.5 = half the wavefronts are extra);
@@ -606,6 +611,7 @@ def flash_summary(long_table):
         out["fma_pipe_pct"] = get(row, FMA_PIPE)
         out["issue_pct"] = get(row, ISSUE)
         out["occupancy_pct"] = get(row, OCCUPANCY)
+        out["smem_pipe_pct"] = get(row, SMEM_PIPE)
         for kind, (conf, wave) in SMEM.items():
             name = "ldsm" if kind == "ldsm" else f"smem_{kind}"
             c, wv = get(row, conf), get(row, wave)

@@ -1,6 +1,6 @@
 """Live measurements and verdicts for notebook 13 (fast delta attention on tensor cores, issue 13).
 
-The 3xBF16 kernels (``kernels/delta/06``-``09``, launched through :func:`.kernels.prepare_tc`) beside
+The 3xBF16 kernels (``kernels/delta/06``-``10``, launched through :func:`.kernels.prepare_tc`) beside
 the three-kernel chunked form (02 -> 03 -> 05), the recurrent kernel (01) and flash-linear-attention's
 ``chunk_kda`` in bf16 and fp32, all in the same run: correctness grid, accuracy at the target shape,
 latency, peak extra memory, and :func:`targets` — the issue's targets as computed verdicts with the
@@ -24,8 +24,12 @@ from .naive import kda_recurrent_fp64
 #: same bound notebook 07 holds its kernels to at the target shape
 REL_ERR_BOUND = REL_ERR_TARGET
 #: the implementations timed, in ladder order: (label, impl for prepare_tc or None, steps)
-TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")))
-BEST = "07+09"
+TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")),
+            ("07+10", "lean", ("07", "10")))
+BEST = "07+10"
+BEST_IMPL = "lean"
+#: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
+SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
 RECURRENT = "01 recurrent"
 FLA = "fla chunk_kda"
@@ -75,8 +79,9 @@ def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
                                  all_written=written, rel_err_o=eo, rel_err_state=es,
                                  passed=written and eo < REL_ERR_BOUND and es < REL_ERR_BOUND))
                 del plan
-            same = all(np.array_equal(a, b) for a, b in zip(outs["ws"], outs["split"]))
-            rows[-len(TC_IMPLS) + [x[1] for x in TC_IMPLS].index("ws")]["matches_07_08"] = same
+            for impl in SAME_AS_08:
+                same = all(np.array_equal(a, b) for a, b in zip(outs[impl], outs["split"]))
+                rows[-len(TC_IMPLS) + [x[1] for x in TC_IMPLS].index(impl)]["matches_07_08"] = same
     return pd.DataFrame(rows)
 
 
@@ -127,7 +132,7 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, with_
 
 def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s: float = 0.2, seed: int = 0,
                  with_fla: bool = True) -> pd.DataFrame:
-    """Median latency per T: each tensor-core implementation (and 07, 08, 09 alone), the three-kernel
+    """Median latency per T: each tensor-core implementation (and 07, 08, 09, 10 alone), the three-kernel
     form, the recurrent kernel and fla's chunk_kda in bf16 and fp32 — one run, the same inputs."""
     rows = []
     chunk_kda, _, _ = fla_functions()
@@ -139,7 +144,7 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
                                stage="all"))
             if len(steps) == 2:
                 for st, step in zip((1, 2), steps):
-                    if impl == "ws" and step == "07":
+                    if impl != "split" and step == "07":
                         continue   # 07 alone is timed once, with 08
                     rows.append(_timed(lambda p=p, st=st: p.run(stages=(st,)), budget_s, implementation=label,
                                        dtype="fp32", T=T, config=f"C=32 BV={p.bv}", stage=step))
@@ -187,7 +192,7 @@ def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], seed: int
     for T in T_list:
         _, d = device_inputs(B, T, H, K, V, seed=seed)
         out_bytes = 4 * B * T * H * V
-        for label, make in ((BEST, lambda: dk.prepare_tc(**d, check_gate=False, impl="ws")),
+        for label, make in ((BEST, lambda: dk.prepare_tc(**d, check_gate=False, impl=BEST_IMPL)),
                             ("06 fused", lambda: dk.prepare_tc(**d, check_gate=False, impl="fused")),
                             (THREE, lambda: dk.prepare_chunk(**d, check_gate=False))):
             pool.free_all_blocks()
@@ -222,6 +227,52 @@ def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], seed: int
     df = pd.DataFrame(rows)
     df["B"], df["H"], df["K"], df["V"] = B, H, K, V
     return df
+
+
+#: Kernel 10's clock stamps (its KDA_PROBE=3 build: the same kernel, plus lane 0 of every warp of
+#: block (0, 0, 0) storing %clock64 at each phase boundary of the first STAMP_CHUNKS chunks into
+#: the final-state buffer, which that build does not otherwise write). (phase, from, to) per role.
+STAMP_CHUNKS = 48
+STAMP_PHASES = {
+    "consumer": (("wait for FULL", 0, 1), ("S1: X = beta v - Kbg S, O = Qg S", 1, 2), ("barrier after S1", 2, 3),
+                 ("S2: V' = T X", 3, 4), ("barrier after S2", 4, 5), ("S3: O += Aqk V', S update", 5, 6)),
+    "producer": (("wait for EMPTY", 0, 1), ("07 copies issued, v landed, barrier", 1, 2),
+                 ("gate sums, barrier", 2, 3), ("P1: exp2, splits, stores", 3, 4),
+                 ("next loads issued, beta v", 4, 5), ("barrier, v issued, 07 landed", 5, 6)),
+}
+
+
+def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: int = 8) -> pd.DataFrame:
+    """Median SM cycles of every phase of kernel 10 per warp role, over chunks skip..STAMP_CHUNKS-1 of
+    block (0, 0, 0) (the first chunks fill the pipeline), with the chunk period (stamp 0 to stamp 0
+    of the next chunk). One tidy row per (role, warp, phase)."""
+    _, d = device_inputs(B, T, H, K, V, seed=seed)
+    if -(-T // dk.FUSED_CHUNK) < STAMP_CHUNKS:
+        raise ValueError(f"phase_cycles needs T >= {STAMP_CHUNKS * dk.FUSED_CHUNK} (stamps of "
+                         f"{STAMP_CHUNKS} chunks), got {T}")
+    plan = dk.prepare_tc(**d, check_gate=False, impl=BEST_IMPL, output_final_state=True, defines={"KDA_PROBE": 3})
+    plan.run()   # compile and warm up
+    plan.run()
+    n_warps = dk.WS_THREADS // 32
+    st = plan.final_state.ravel()[: n_warps * STAMP_CHUNKS * 8].get()
+    st = st.reshape(n_warps, STAMP_CHUNKS, 8).astype(np.float64)[:, skip:]
+    rows = []
+    for w in range(n_warps):
+        role = "consumer" if w < n_warps // 2 else "producer"
+        for phase, a, b in STAMP_PHASES[role]:
+            rows.append(dict(role=role, warp=w, phase=phase, median_cycles=float(np.median(st[w, :, b] - st[w, :, a]))))
+        rows.append(dict(role=role, warp=w, phase="chunk period", median_cycles=float(np.median(np.diff(st[w, :, 0])))))
+    df = pd.DataFrame(rows)
+    df["B"], df["T"], df["H"], df["K"], df["V"], df["chunks"] = B, T, H, K, V, STAMP_CHUNKS - skip
+    return df
+
+
+def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
+    """Per role and phase: the median over warps of the median cycles, and its share of the period."""
+    m = phases.groupby(["role", "phase"], sort=False)["median_cycles"].median().reset_index()
+    period = m[m["phase"] == "chunk period"].set_index("role")["median_cycles"]
+    m["share_of_period"] = m["median_cycles"] / m["role"].map(period)
+    return m
 
 
 def _ms(latency: pd.DataFrame, impl: str, T: int, dtype: str = "fp32", col: str = "median_ms") -> float:
