@@ -3,7 +3,7 @@
 
     python scripts/sanitize_kernels.py                 # memcheck, racecheck, synccheck, initcheck
     python scripts/sanitize_kernels.py --tools memcheck
-    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-09 instead (kns=kda_)
+    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-10 instead (kns=kda_)
     python scripts/sanitize_kernels.py --list          # what the worker launches (no GPU needed)
 
 The driver runs this script's worker once per tool under ``compute-sanitizer --tool <tool>
@@ -51,8 +51,9 @@ DELTA_B, DELTA_H, DELTA_T = 1, 3, 77
 def delta_plan() -> list[dict]:
     out = [dict(launcher="recurrent", K=64, steps="01")]
     out += [dict(launcher="chunk", state=st, K=64, steps=f"02 03 {n}") for st, n in (("simt", "04"), ("tc", "05"))]
-    out += [dict(launcher="tc", impl=impl, K=K, steps=steps)
-            for impl, steps in (("fused", "06"), ("split", "07 08"), ("ws", "07 09")) for K in (64, 128)]
+    from attnlab.delta.fast import TC_IMPLS
+
+    out += [dict(launcher="tc", impl=impl, K=K, steps=" ".join(steps)) for _, impl, steps in TC_IMPLS for K in (64, 128)]
     return out
 
 

@@ -1,9 +1,9 @@
 // 10 — chunked KDA, 09's warp-specialised recurrence with a lean producer: the producers read
 // q, k and g straight into registers and write Kd^T with conflict-free 16-byte stores.
 //
-// What changed from 09, and why. Notebook 13's Nsight Compute table shows 09 issuing about as
-// many shared-memory wavefronts per chunk as it has cycles per chunk: the shared-memory pipe, not
-// the tensor pipe, sets its pace. Two of those streams are the producers' and add nothing:
+// What changed from 09, and why. Notebook 13's Nsight Compute table shows the shared-memory pipe
+// as 09's busiest unit, far busier than its tensor pipe, and bank conflicts on its stores. Two of
+// the streams through that pipe are the producers' and add nothing:
 //  * 09 copies q, k and g of the next chunk into a staging buffer (cp.async), then reads them back
 //    into registers for P1: every element crosses shared memory twice. Here each producer thread
 //    loads its own elements (8 rows x 2 channels of q, k, g at K = 128) from global memory into
