@@ -118,7 +118,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_emu_09_tf32_mma.py::test_3xtf32_long_sequence",),
              "the recorded H200 bug: FMA contraction makes alpha 1 + 1e-7 on every tile; only a CPU "
              "model built with contraction and a long sequence of small tiles sees it"),
-    # ---- the 3xBF16 delta kernels 06-09 on the ladder CPU model (tests/test_emu_delta_tc.py)
+    # ---- the 3xBF16 delta kernels 06-10 on the ladder CPU model (tests/test_emu_delta_tc.py)
     Mutation("09: consumers start a chunk without waiting for its operands",
              "kernels/delta/09_chunk_state_ws.cu",
              "        named_bar_sync(BAR_FULL + (n & 1), NTH);   // chunk n's operands; S^T of chunk n complete\n",
@@ -153,6 +153,16 @@ MUTATIONS: tuple[Mutation, ...] = (
              "    static constexpr int WORDS = OFF_BETA;",
              ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_under_sanitizers",),
              "consistent layout, right answer; only the shared-memory guard of the sanitizer build sees it"),
+    Mutation("10: Kd^T stored without its row swizzle (the consumers read it swizzled)",
+             "kernels/delta/10_chunk_state_lean.cu",
+             "                    const int w = kdt_word<LC>(c0 + ch, r0 / 2);",
+             "                    const int w = (c0 + ch) * LC + r0 / 2;",
+             ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T17-logsigmoid-h00-K64V64BV32]",)),
+    Mutation("10: producers never load the next chunk's q, k, g", "kernels/delta/10_chunk_state_lean.cu",
+             "            if (n + 1 < NC) load_regs(n + 1);                        // lands while the consumers work\n",
+             "",
+             ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K64V64BV32]",),
+             "every chunk after the first would reuse the first chunk's registers"),
     # ---- recorded data checked by value (tests/test_recorded_data.py)
     Mutation("data: converged claimed at a 9 % spread", NAIVE_TIMING,
              "200,False,0.09417952560332453", "200,True,0.09417952560332453",
