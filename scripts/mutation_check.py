@@ -21,6 +21,8 @@ module can leak into the next run.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import os
 import shutil
 import subprocess
@@ -29,6 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,10 +40,28 @@ ROOT = Path(__file__).resolve().parents[1]
 class Mutation:
     name: str
     file: str            # relative to the repository root
-    old: str             # must occur exactly once in the file
+    old: str             # must occur exactly once in the file (unless edit is given)
     new: str
     selection: tuple[str, ...]   # pytest arguments (node ids) that must fail once the bug is in
     why: str = ""
+    edit: Callable[[str], str] | None = None   # instead of old -> new: the file's text -> mutated text
+
+
+def csv_row_edit(field: str, value: Callable[[dict], str], where: Callable[[dict], bool] = lambda r: True):
+    """A mutation of a recorded table that survives re-recording: in the first row where ``where``
+    holds, ``field`` becomes ``value(row)`` (MutationError when no row qualifies)."""
+    def edit(text: str) -> str:
+        rows = list(csv.DictReader(io.StringIO(text)))
+        hit = next((r for r in rows if where(r)), None)
+        if hit is None:
+            raise MutationError(f"no row of the table qualifies for the {field!r} edit")
+        hit[field] = value(hit)
+        out = io.StringIO()
+        w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        return out.getvalue()
+    return edit
 
 
 TIMING = "lib/attnlab/timing.py"
@@ -164,18 +185,13 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K64V64BV32]",),
              "every chunk after the first would reuse the first chunk's registers"),
     # ---- recorded data checked by value (tests/test_recorded_data.py)
-    Mutation("data: converged claimed at a 9 % spread", NAIVE_TIMING,
-             "200,False,0.09417952560332453", "200,True,0.09417952560332453",
-             ("tests/test_recorded_data.py",)),
-    Mutation("data: a negative latency", NAIVE_TIMING,
-             "untiled,0.019791999831795692,", "untiled,-0.019791999831795692,",
-             ("tests/test_recorded_data.py",)),
-    Mutation("data: a row measured with uncommitted code", NAIVE_TIMING,
-             "26.48989513216019,NVIDIA H200,h200,580.159.04,1980,3201,1980,42,14.2.0,13020,13000,2.11.0+cu130,"
-             "13.0,7d54552,False",
-             "26.48989513216019,NVIDIA H200,h200,580.159.04,1980,3201,1980,42,14.2.0,13020,13000,2.11.0+cu130,"
-             "13.0,7d54552,True",
-             ("tests/test_recorded_data.py",)),
+    Mutation("data: converged claimed at a spread above 5 %", NAIVE_TIMING, "", "", ("tests/test_recorded_data.py",),
+             edit=csv_row_edit("converged", lambda r: "True",
+                               lambda r: r["converged"] == "False" and float(r["rel_iqr"]) > 0.05)),
+    Mutation("data: a negative latency", NAIVE_TIMING, "", "", ("tests/test_recorded_data.py",),
+             edit=csv_row_edit("median_ms", lambda r: "-" + r["median_ms"])),
+    Mutation("data: a row measured with uncommitted code", NAIVE_TIMING, "", "", ("tests/test_recorded_data.py",),
+             edit=csv_row_edit("git_dirty", lambda r: "True")),
 )
 
 
@@ -207,10 +223,25 @@ def copy_tree(root: Path, dest: Path) -> int:
     return len(files)
 
 
+def mutated_text(root: Path, m: Mutation) -> str:
+    """The file's text with the bug in (check_mutation's conditions hold first)."""
+    check_mutation(root, m)
+    text = (root / m.file).read_text()
+    return m.edit(text) if m.edit else text.replace(m.old, m.new, 1)
+
+
 def check_mutation(root: Path, m: Mutation) -> None:
     path = root / m.file
     if not path.is_file():
         raise MutationError(f"{m.name}: no file {m.file}")
+    if m.edit is not None:
+        text = path.read_text()
+        try:
+            if m.edit(text) == text:
+                raise MutationError(f"{m.name}: the edit changes nothing in {m.file}")
+        except MutationError as e:
+            raise MutationError(f"{m.name}: {e}") from None
+        return
     n = path.read_text().count(m.old)
     if n != 1:
         raise MutationError(f"{m.name}: the old text occurs {n} times in {m.file} (must be exactly once):\n"
@@ -267,8 +298,7 @@ def first_failure(output: str) -> str:
 def mutate_and_run(work: Path, m: Mutation, timeout: float) -> Outcome:
     path = work / m.file
     original = path.read_text()
-    check_mutation(work, m)
-    path.write_text(original.replace(m.old, m.new, 1))
+    path.write_text(mutated_text(work, m))
     try:
         rc, out, secs = run_selection(work, m.selection, timeout)
     finally:
@@ -292,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [m for m in MUTATIONS if args.match.lower() in m.name.lower()]
     if args.list:
         for m in chosen:
-            print(f"{m.name}\n    {m.file}: {m.old!r} -> {m.new!r}\n    caught by: {' '.join(m.selection)}")
+            change = "an edit of its first qualifying row" if m.edit else f"{m.old!r} -> {m.new!r}"
+            print(f"{m.name}\n    {m.file}: {change}\n    caught by: {' '.join(m.selection)}")
         return 0
     if not chosen:
         print(f"no mutation matches {args.match!r}", file=sys.stderr)
