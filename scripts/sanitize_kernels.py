@@ -54,6 +54,10 @@ def delta_plan() -> list[dict]:
     from attnlab.delta.fast import TC_IMPLS
 
     out += [dict(launcher="tc", impl=impl, K=K, steps=" ".join(steps)) for _, impl, steps in TC_IMPLS for K in (64, 128)]
+    from attnlab.delta.kernels import BF16_IMPLS
+
+    out += [dict(launcher="tc", impl=impl, K=K, steps=" ".join(steps), io="bf16")
+            for _, impl, steps in TC_IMPLS if impl in BF16_IMPLS for K in (64, 128)]
     return out
 
 
@@ -83,6 +87,11 @@ def delta_worker() -> int:
             if cc < dk.FUSED_MIN_CC:
                 print(f"[sanitize] skip kda_tc {p['impl']}: needs compute capability {dk.FUSED_MIN_CC}", flush=True)
                 continue
+            if p.get("io") == "bf16":   # torch bfloat16 inputs, made on the host and copied in
+                import torch
+
+                x = dict(x, **{n: torch.from_numpy(x[n].get()).to(torch.bfloat16).cuda()
+                               for n in ("q", "k", "v", "g", "beta")})
             plan = dk.prepare_tc(**x, output_final_state=True, impl=p["impl"], check_gate=False)
         # No poison fill and no device-side check: the outputs stay as cp.empty left them and are
         # copied whole to the host, so initcheck sees a read of any element a kda_ kernel did not
@@ -90,9 +99,11 @@ def delta_worker() -> int:
         # make the copy of its 1-byte result look uninitialised).
         o, s = plan.run()
         cp.cuda.Device().synchronize()
-        ok = bool(np.isfinite(o.get()).all() and np.isfinite(s.get()).all())
+        o = o.float().cpu().numpy() if type(o).__module__.startswith("torch") else o.get()
+        ok = bool(np.isfinite(o).all() and np.isfinite(s.get()).all())
         bad += not ok
-        print(f"[sanitize] ran delta {p['steps']} K={K}: {'all outputs written' if ok else 'NON-FINITE OUTPUT'}",
+        print(f"[sanitize] ran delta {p['steps']} K={K}{' bf16 I/O' if p.get('io') else ''}: "
+              f"{'all outputs written' if ok else 'NON-FINITE OUTPUT'}",
               flush=True)
     print(f"[sanitize] worker done on {device_name()}: {bad} bad outputs", flush=True)
     return 1 if bad else 0

@@ -240,6 +240,31 @@ def test_tensor_core_launcher_mirrors_the_kernel_layouts_and_errors():
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="bogus")
 
 
+def test_bf16_io_validation_runs_without_a_gpu():
+    """The bf16-I/O path takes torch bfloat16 q, k, v, g, beta (float32 initial state), on 07 -> 10
+    only; every refusal is one line naming the constraint, before any device is touched."""
+    torch = pytest.importorskip("torch")
+    x = _inputs()
+    t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
+    h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean' only.*impl='ws'.*pass impl='lean'"):
+        dk.prepare_tc(**t, impl="ws")
+    # all five in bf16, the initial state in float32: only the device check is left
+    with pytest.raises(ValueError, match="must be on a CUDA device"):
+        dk.validate_inputs(**t, initial_state=h0, io="bf16")
+    mixed = dict(t, v=t["v"].float())
+    with pytest.raises(ValueError, match=r"v must be bfloat16 like q, got torch.float32"):
+        dk.validate_inputs(**mixed, io="bf16")
+    with pytest.raises(ValueError, match=r"initial_state must be float32, got torch.bfloat16"):
+        dk.validate_inputs(**t, initial_state=h0.to(torch.bfloat16), io="bf16")
+    with pytest.raises(ValueError, match=r"q must be a torch bfloat16 tensor like q \(CuPy and NumPy have no"):
+        dk.validate_inputs(**dict(t, q=x["q"]), io="bf16")
+    with pytest.raises(ValueError, match=r"io must be one of \('fp32', 'bf16'\)"):
+        dk.validate_inputs(**t, io="fp16")
+    bf = [a for _, f, a in dk.static_instantiations(128, 128, forms=("tc",)) if a[-1] is True]
+    assert (128, 32, True) in bf and (128, 128, 32, 32, True) in bf
+
+
 def test_static_list_has_a_tensor_core_state_pass_for_each_small_chunk():
     insts = dk.static_instantiations(128, 128, chunk_sizes=(32, 128))
     tc = [a for _, f, a in insts if f == "kda_chunk_state_tc"]
@@ -410,6 +435,26 @@ def test_gpu_torch_inputs_and_errors():
     t["g"] = t["g"].abs()
     with pytest.raises(ValueError, match="g must be a log-space decay"):
         dk.kda_recurrent(**t)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("K, T", [(64, 77), (128, 200)])
+def test_gpu_bf16_io_matches_float64_on_its_rounded_inputs(K, T):
+    """07 -> 10 with torch bfloat16 inputs: o (bf16) is the float64 result on the bf16-rounded inputs,
+    rounded to bf16, and the fp32 final state is fp32-accurate (as the CPU model checks)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    from attnlab.delta.tf32 import round_bf16
+
+    x = random_inputs(2, T, 3, K, K, seed=K + T, initial_state=True)
+    xb = {n: round_bf16(np.asarray(x[n], np.float32)) for n in ("q", "k", "v", "g", "beta")}
+    t = {n: torch.from_numpy(np.ascontiguousarray(xb[n])).to(torch.bfloat16).cuda() for n in xb}
+    o, s = dk.kda_tc(**t, initial_state=torch.from_numpy(x["initial_state"]).cuda(), output_final_state=True)
+    assert o.dtype == torch.bfloat16 and o.shape == (2, T, 3, K)
+    ref_o, ref_s = kda_recurrent_fp64(**xb, initial_state=x["initial_state"], output_final_state=True)
+    assert rel(o.float().cpu().numpy(), round_bf16(ref_o.astype(np.float32))) < 5e-4
+    assert rel(s.get(), ref_s) < 3e-5
 
 
 # ----------------------------------------------------------------------------- launchers, emulated

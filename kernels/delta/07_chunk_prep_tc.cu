@@ -15,12 +15,14 @@
 //   T = (I + Akk)^-1                                          [two 16 x 16 blocks, fp32 substitution]
 // Output (32-bit words, each a bf16 pair along the row, ready for 08's fragment loads):
 //   TA [B, H, NC, 4, C, C/2]: T hi, T lo, Aqk hi, Aqk lo.
+// With BF (the bf16-I/O path) q, k, g and beta are bf16 in memory and widened to fp32 on load;
+// nothing else changes.
 // q, k and g are read straight from global memory into registers (each thread two adjacent
 // channels of C / NQ rows), so shared memory holds only the products' operands: ~73 KB, three
 // blocks per SM.
 #include "delta_common.cuh"
 
-#include "mma.cuh"
+#include "delta_io.cuh"
 
 template <int K, int C>
 struct KdaPrepLayout {
@@ -43,10 +45,10 @@ struct KdaPrepLayout {
     static constexpr int WORDS = OFF_TA + 4 * C * LC;
 };
 
-template <int K, int C>
+template <int K, int C, bool BF = false>   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
 __global__ void __launch_bounds__(256, 3)
-kda_chunk_prep(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ g,
-               const float* __restrict__ beta,
+kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
                unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]
                int T, int H, float scale) {
     using L = KdaPrepLayout<K, C>;
@@ -87,7 +89,7 @@ kda_chunk_prep(const float* __restrict__ q, const float* __restrict__ k, const f
     // zero T and Aqk (their upper blocks are never written), the flag; beta
     for (int idx = tid; idx < 4 * C * LC; idx += NTH) TH[idx] = 0u;
     if (tid == 0) *sFlag = 0;
-    if (tid < C) sBeta[tid] = (t0 + tid < TT) ? beta[(b * TT + t0 + tid) * H + h] : 0.0f;
+    if (tid < C) sBeta[tid] = (t0 + tid < TT) ? kda_ld1<BF>(beta + (b * TT + t0 + tid) * H + h) : 0.0f;
 
     // ---- gates: thread (pp, grp) owns channels c0, c0+1 of rows r0 .. r0 + RPG - 1
     const int pp = tid % (K / 2), grp = tid / (K / 2);
@@ -103,9 +105,9 @@ kda_chunk_prep(const float* __restrict__ q, const float* __restrict__ k, const f
             qv[ii] = gg; kv[ii] = gg;
             if (tt < TT) {
                 const long long o = kda_bthd(b, tt, h, c0, TT, H, K);
-                gg = *reinterpret_cast<const float2*>(g + o);
-                qv[ii] = *reinterpret_cast<const float2*>(q + o);
-                kv[ii] = *reinterpret_cast<const float2*>(k + o);
+                gg = kda_ld2<BF>(g + o);
+                qv[ii] = kda_ld2<BF>(q + o);
+                kv[ii] = kda_ld2<BF>(k + o);
             }
             run0 += gg.x * KDA_LOG2E;
             run1 += gg.y * KDA_LOG2E;

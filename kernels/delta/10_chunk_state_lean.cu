@@ -19,6 +19,10 @@
 //
 // The arithmetic is 09's, operation for operation, so 10 reproduces 09 (and 08) bit for bit.
 //
+// With BF (issue 13's bf16-I/O path) q, k, v, g and beta are bf16 in memory, widened to fp32 as
+// they are loaded (v is staged as bf16: half the bytes), and o is rounded to bf16 as it is stored;
+// the products, the state and the initial and final states stay as on the fp32 path.
+//
 // Requires sm_80+ (bf16 mma.sync, ldmatrix, cp.async, named barriers).
 #include "delta_common.cuh"
 
@@ -44,7 +48,7 @@
 #define KDA_STAMP(j) do { } while (0)
 #endif
 
-#include "mma.cuh"
+#include "delta_io.cuh"
 
 template <int K, int V, int C, int BV>
 struct KdaLeanLayout {
@@ -72,15 +76,16 @@ struct KdaLeanLayout {
     static constexpr int WORDS = OFF_BETA + C;
 };
 
-template <int K, int V, int C, int BV>
+template <int K, int V, int C, int BV, bool BF = false>   // BF: q, k, v, g, beta and o in bf16
 __global__ void __launch_bounds__(512, 1)
-kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                   const float* __restrict__ g, const float* __restrict__ beta,
-                   const unsigned* __restrict__ TA,   // [B, H, NC, 4, C, C/2] from 07
-                   const float* __restrict__ h0,      // [B,H,K,V] or nullptr
-                   float* __restrict__ o,             // [B,T,H,V]
-                   float* __restrict__ ht,            // [B,H,K,V] or nullptr
-                   int T, int H, float scale) {
+kda_chunk_state_lean(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+                     const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
+                     const typename KdaIn<BF>::T* __restrict__ beta,
+                     const unsigned* __restrict__ TA,          // [B, H, NC, 4, C, C/2] from 07
+                     const float* __restrict__ h0,             // [B,H,K,V] fp32, or nullptr
+                     typename KdaIn<BF>::T* __restrict__ o,    // [B,T,H,V]
+                     float* __restrict__ ht,                   // [B,H,K,V] fp32, or nullptr
+                     int T, int H, float scale) {
     using L = KdaLeanLayout<K, V, C, BV>;
     static_assert(C == 32, "07 hands over T and Aqk for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
@@ -96,7 +101,8 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
     KDA_DYNAMIC_SHARED(smem_f);
     if (kda_dynamic_smem_size() < (unsigned)(L::WORDS * 4)) __trap();
     unsigned* const words = reinterpret_cast<unsigned*>(smem_f);
-    float* sv = smem_f + L::OFF_V;
+    using TIn = typename KdaIn<BF>::T;
+    TIn* sv = reinterpret_cast<TIn*>(smem_f + L::OFF_V);   // the next chunk's v columns, as stored
     float* sTot = smem_f + L::OFF_TOT;
     float* sBeta = smem_f + L::OFF_BETA;
     unsigned* StH = words + L::OFF_ST;  unsigned* StL = StH + BV * LK;
@@ -121,11 +127,12 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
     if (warp >= NWC) {
         // ================================================ producers: copies and P1, one chunk ahead
         const int ptid = tid - NCT;
-        constexpr int VPR = BV / 4, VROWS = NPT / VPR, VPASS = (C + VROWS - 1) / VROWS;
+        constexpr int VE = 16 / sizeof(TIn);   // elements per 16-byte copy
+        constexpr int VPR = BV / VE, VROWS = NPT / VPR, VPASS = (C + VROWS - 1) / VROWS;
         constexpr int TAQ = 4 * C * (C / 8);
         constexpr int KW = RPG / 2;                  // Kd^T words per channel row from one thread
         static_assert(TAQ % NPT == 0 && (KW == 2 || KW == 4), "copy slots must tile the chunk");
-        const int vi0 = ptid / VPR, vc = (ptid % VPR) * 4;
+        const int vi0 = ptid / VPR, vc = (ptid % VPR) * VE;
         const int pp = ptid % (K / 2), grp = ptid / (K / 2);
         const int c0 = 2 * pp, r0 = grp * RPG;
         const long long qk_row = (long long)H * K, v_row = (long long)H * V;
@@ -138,15 +145,15 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                 const long long tt = (long long)n * C + r0 + ii;
                 if (tt < TT) {
                     const long long off = base + tt * qk_row;
-                    rq[ii] = *reinterpret_cast<const float2*>(q + off);
-                    rk[ii] = *reinterpret_cast<const float2*>(k + off);
-                    rg[ii] = *reinterpret_cast<const float2*>(g + off);
+                    rq[ii] = kda_ld2<BF>(q + off);
+                    rk[ii] = kda_ld2<BF>(k + off);
+                    rg[ii] = kda_ld2<BF>(g + off);
                 } else {
                     rq[ii] = rk[ii] = rg[ii] = make_float2(0.f, 0.f);
                 }
             }
         };
-        const float* vp = v + kda_bthd(b, 0, h, v0 + vc, TT, H, V);
+        const TIn* vp = v + kda_bthd(b, 0, h, v0 + vc, TT, H, V);
         auto load_v = [&](int n) {
             const long long tfirst = (long long)n * C;
 #pragma unroll
@@ -155,7 +162,7 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
                 if (i < C) {
                     const long long tt = tfirst + i;
                     if (tt < TT) cp_async16(sv + i * BV + vc, vp + tt * v_row);
-                    else kda_st4(sv + i * BV + vc, make_float4(0.f, 0.f, 0.f, 0.f));
+                    else *reinterpret_cast<U4*>(sv + i * BV + vc) = U4{0u, 0u, 0u, 0u};
                 }
             }
             cp_async_commit();
@@ -177,7 +184,7 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
         // stall the producers at every chunk)
         auto beta_of = [&](int n) {
             const long long tt = (long long)n * C + ptid;
-            return (ptid < C && tt < TT) ? beta[(b * TT + tt) * H + h] : 0.0f;
+            return (ptid < C && tt < TT) ? kda_ld1<BF>(beta + (b * TT + tt) * H + h) : 0.0f;
         };
         float beta_next = beta_of(0);
         for (int n = 0; n < NC; ++n) {
@@ -254,7 +261,7 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
             }
             KDA_STAMP(4);
             if (n + 1 < NC) load_regs(n + 1);                        // lands while the consumers work
-            for (int idx = ptid; idx < C * BV; idx += NPT) sBV[idx] = sBeta[idx / BV] * sv[idx];
+            for (int idx = ptid; idx < C * BV; idx += NPT) sBV[idx] = sBeta[idx / BV] * kda_ld1<BF>(sv + idx);
             KDA_STAMP(5);
             named_bar_sync(BAR_PROD, NPT);                           // staging, sTot and beta read
             if (n + 1 < NC) {
@@ -373,8 +380,8 @@ kda_chunk_state_lean(const float* __restrict__ q, const float* __restrict__ k, c
             for (int j = 0; j < 2; ++j) {
                 const long long ta = t0 + mt * 16 + g8, tb = ta + 8;
                 const int col = v0 + s1_ng * 16 + 8 * j + 2 * t4;
-                if (ta < TT) *reinterpret_cast<float2*>(o + kda_bthd(b, ta, h, col, TT, H, V)) = make_float2(oacc[j][0], oacc[j][1]);
-                if (tb < TT) *reinterpret_cast<float2*>(o + kda_bthd(b, tb, h, col, TT, H, V)) = make_float2(oacc[j][2], oacc[j][3]);
+                if (ta < TT) kda_st2<BF>(o + kda_bthd(b, ta, h, col, TT, H, V), oacc[j][0], oacc[j][1]);
+                if (tb < TT) kda_st2<BF>(o + kda_bthd(b, tb, h, col, TT, H, V), oacc[j][2], oacc[j][3]);
             }
         }
         {

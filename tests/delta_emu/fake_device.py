@@ -158,9 +158,11 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
         else:
             call_args.append(f"floats[{nf}]")
             nf += 1
-    # Kernels on the shared tensor-core helpers (kernels/mma.cuh: 06 onwards) run on the ladder
-    # model (tests/ladder_emu/ladder_emu.h: deferred cp.async, ldmatrix, bf16 MMAs, named barriers).
-    ladder = '#include "mma.cuh"' in (ROOT / "kernels" / source).read_text()
+    # Kernels on the shared tensor-core helpers (kernels/mma.cuh, directly or through delta_io.cuh:
+    # 06 onwards) run on the ladder model (tests/ladder_emu/ladder_emu.h: deferred cp.async,
+    # ldmatrix, bf16 MMAs, named barriers).
+    text = (ROOT / "kernels" / source).read_text()
+    ladder = any(f'#include "{h}"' in text for h in ("mma.cuh", "delta_io.cuh"))
     model = LADDER_EMU if ladder else EMU / "cuda_emu.h"
     prelude = ('#define KDA_HOST_EMULATION 1\n'
                'inline unsigned long long g_kda_smem_bytes = 0;\n'

@@ -5,7 +5,8 @@
 //        -DEMU_K=.. -DEMU_V=.. -DEMU_BV=.. tests/delta_emu/harness_06.cpp
 // Run:   harness_06 DIR B T H SCALE HAS_H0
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes fz_o, fz_ht (06, one
-// kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09) and ln_o, ln_ht (07 then 10) there.
+// kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09), ln_o, ln_ht (07 then 10) and
+// bf_o, bf_ht (07 then 10 with bf16 inputs and output: the inputs rounded to bf16 here) there.
 #define KDA_HOST_EMULATION 1
 inline size_t g_kda_smem_bytes = 0;
 inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
@@ -80,5 +81,29 @@ int main(int argc, char** argv) {
     });
     write_f32(dir + "/ln_o", o4);
     write_f32(dir + "/ln_ht", ht4);
+
+    // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
+    auto to_bf = [](const std::vector<float>& x) {
+        std::vector<unsigned short> y(x.size());
+        for (size_t i = 0; i < x.size(); ++i) y[i] = emu_float_to_bf16(x[i]);
+        return y;
+    };
+    const auto qb = to_bf(q), kb = to_bf(k), gb = to_bf(g), vb = to_bf(v), bb = to_bf(beta);
+    std::vector<unsigned> tab(ta.size(), 0x7fc07fc0u);
+    g_kda_smem_bytes = LP::WORDS * 4;
+    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, g_kda_smem_bytes, [&] {
+        kda_chunk_prep<K, C, true>(qb.data(), kb.data(), gb.data(), bb.data(), tab.data(), T, H, scale);
+    });
+    std::vector<unsigned short> ob(nv, 0x7fc0u);
+    std::vector<float> ht6(ns, nan);
+    g_kda_smem_bytes = LL::WORDS * 4;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LL::NTH, g_kda_smem_bytes, [&] {
+        kda_chunk_state_lean<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab.data(),
+                                                has_h0 ? h0.data() : nullptr, ob.data(), ht6.data(), T, H, scale);
+    });
+    std::vector<float> o6(nv);
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/bf_o", o6);
+    write_f32(dir + "/bf_ht", ht6);
     return 0;
 }

@@ -49,6 +49,9 @@ FUSED_CHUNK = 32                 # 06 inverts two 16 x 16 blocks: chunks of 32 r
 FUSED_MIN_CC = 80                # bf16 mma.sync and cp.async: sm_80+
 FUSED_THREADS = 256
 WS_THREADS = 512                 # 09, 10: eight consumer warps, eight producer warps
+SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (07 -> 10 only)
+IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+BF16_IMPLS = ("lean",)
 
 
 # ----------------------------------------------------------------------------- registry
@@ -190,42 +193,56 @@ def validate_config(K: int, V: int, chunk_size: int | None = None, bv: int | Non
 
 # ----------------------------------------------------------------------------- inputs
 
+def _is_torch_bf16(a) -> bool:
+    return type(a).__module__.startswith("torch") and str(getattr(a, "dtype", "")) == "torch.bfloat16"
+
+
 def _describe(a) -> str:
     return f"{type(a).__module__}.{type(a).__name__}"
 
 
-def _check_array(name: str, a) -> None:
-    """dtype and layout checks that work on NumPy, CuPy and torch arrays alike."""
+def _check_array(name: str, a, dtype: str = "float32") -> None:
+    """dtype and layout checks that work on NumPy, CuPy and torch arrays alike (``dtype``
+    'float32', or 'bfloat16' for the bf16-I/O path, which only torch tensors can carry)."""
     mod = type(a).__module__
     if mod.startswith("torch"):
         import torch
 
-        if a.dtype != torch.float32:
-            raise ValueError(f"{name} must be float32, got {a.dtype}")
+        if a.dtype != getattr(torch, dtype):
+            raise ValueError(f"{name} must be {dtype}" + (" like q" if name != "q" and dtype == "bfloat16" else "")
+                             + f", got {a.dtype}")
         if not a.is_contiguous():
             raise ValueError(f"{name} must be C-contiguous (the kernels ignore strides); call .contiguous()")
         return
     if not (isinstance(a, np.ndarray) or mod.startswith("cupy")):
         raise ValueError(f"{name} must be a CuPy array or torch CUDA tensor, got {_describe(a)}")
+    if dtype == "bfloat16":
+        raise ValueError(f"{name} must be a torch bfloat16 tensor like q (CuPy and NumPy have no bfloat16), "
+                         f"got {_describe(a)} of {a.dtype}")
     if a.dtype != np.float32:
         raise ValueError(f"{name} must be float32, got {a.dtype}")
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (the kernels ignore strides); use ascontiguousarray")
 
 
-def as_cupy(name: str, a, *, allow_none: bool = False):
-    """A zero-copy CuPy view of a CuPy array or torch CUDA tensor, after dtype/layout/device checks."""
+def as_cupy(name: str, a, *, allow_none: bool = False, dtype: str = "float32"):
+    """A zero-copy CuPy view of a CuPy array or torch CUDA tensor, after dtype/layout/device checks
+    (a bfloat16 tensor is viewed as its int16 bit patterns: CuPy has no bfloat16)."""
     if a is None:
         if allow_none:
             return None
         raise ValueError(f"{name} is required")
-    _check_array(name, a)
+    _check_array(name, a, dtype)
     mod = type(a).__module__
     if mod.startswith("torch"):
         if not a.is_cuda:
             raise ValueError(f"{name} must be on a CUDA device, got a torch tensor on {a.device}")
         import cupy as cp
 
+        if dtype == "bfloat16":
+            import torch
+
+            return cp.from_dlpack(a.detach().view(torch.int16))
         return cp.from_dlpack(a.detach())
     if not mod.startswith("cupy"):
         raise ValueError(f"{name} must be a CUDA array (CuPy array or torch CUDA tensor), got a NumPy "
@@ -238,25 +255,30 @@ def as_cupy(name: str, a, *, allow_none: bool = False):
 
 
 def validate_inputs(q, k, v, g, beta, initial_state=None, *, chunk_size: int | None = None,
-                    check_gate: bool = True):
+                    check_gate: bool = True, io: str = "fp32"):
     """Check shapes, sizes, dtypes, layout, the gate sign and the device; return CuPy views and dims.
 
+    ``io="bf16"``: q, k, v, g, beta must be torch bfloat16 tensors (the initial state stays float32).
     Returns ``(arrays dict, (B, T, H, K, V))``. Everything but the device check also works on
-    NumPy arrays, so the errors are testable on a machine without a GPU.
+    NumPy arrays and CPU tensors, so the errors are testable on a machine without a GPU.
     """
+    if io not in SUPPORTED_IO:
+        raise ValueError(f"io must be one of {SUPPORTED_IO}, got {io!r}")
+    dtype = IO_DTYPES[io]
     B, T, H, K, V = check_shapes(q, k, v, g, beta, initial_state)
     validate_config(K, V, chunk_size)
     named = dict(q=q, k=k, v=v, g=g, beta=beta)
     if initial_state is not None:
         named["initial_state"] = initial_state
     for name, a in named.items():
-        _check_array(name, a)
+        _check_array(name, a, "float32" if name == "initial_state" else dtype)
     if check_gate:
         gmax, gmin = float(g.max()), float(g.min())
         if not (gmax <= 0.0 and np.isfinite(gmin)):   # NaN fails the first test, -inf the second
             raise ValueError(f"g must be a log-space decay: finite and <= 0 everywhere; "
                              f"got min(g) = {gmin}, max(g) = {gmax}")
-    arrays = {name: as_cupy(name, a) for name, a in named.items()}
+    arrays = {name: as_cupy(name, a, dtype="float32" if name == "initial_state" else dtype)
+              for name, a in named.items()}
     arrays.setdefault("initial_state", None)
     return arrays, (B, T, H, K, V)
 
@@ -389,7 +411,7 @@ class ChunkPlan:
         """NaN in o and the final state only (to rerun the state pass on existing workspaces)."""
         for a in (self.o, self.final_state):
             if a is not None:
-                a.fill(np.nan)
+                a.fill(np.int16(0x7FC0) if a.dtype == np.int16 else np.nan)   # bf16 NaN bits on the bf16 path
 
     def run(self, stages=(1, 2, 3)):
         B, T, H, K, V = self.dims
@@ -535,10 +557,19 @@ class TcPlan:
     final_state: Any
     kernels: dict = field(repr=False, default_factory=dict)
     chunk_size: int = FUSED_CHUNK
+    io: str = "fp32"          # "bf16": o holds bf16 bit patterns (int16); run() returns a torch view
 
     @property
     def state_kernel(self) -> str:
         return self.impl
+
+    def output(self):
+        """o as the caller gets it: the CuPy float32 array, or a torch bfloat16 view of the bits."""
+        if self.io == "bf16":
+            import torch
+
+            return torch.from_dlpack(self.o).view(torch.bfloat16)
+        return self.o
 
     def launch_configs(self) -> dict[str, dict]:
         B, T, H, K, V = self.dims
@@ -555,7 +586,7 @@ class TcPlan:
         """NaN in the outputs (and the workspace: bf16 NaN pairs), so anything left unwritten shows up."""
         for a in (self.o, self.final_state):
             if a is not None:
-                a.fill(np.nan)
+                a.fill(np.int16(0x7FC0) if a.dtype == np.int16 else np.nan)   # bf16 NaN bits on the bf16 path
         for w in self.ws.values():
             w.fill(np.uint32(0x7FC07FC0))
 
@@ -568,7 +599,7 @@ class TcPlan:
             self.kernels["fused"](c["grid"], c["block"],
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
-            return self.o, self.final_state
+            return self.output(), self.final_state
         if 1 in stages:
             c = cfg["prep"]
             self.kernels["prep"](c["grid"], c["block"],
@@ -579,7 +610,7 @@ class TcPlan:
             self.kernels["state"](c["grid"], c["block"],
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
-        return self.o, self.final_state
+        return self.output(), self.final_state
 
     def workspace_bytes(self) -> int:
         return int(sum(x.nbytes for x in self.ws.values()))
@@ -599,14 +630,22 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                output_final_state: bool = False, bv: int | None = None, check_gate: bool = True,
                impl: str = DEFAULT_TC_IMPL, defines: dict | None = None) -> TcPlan:
     """Validate, allocate and compile once; ``run()`` only launches (07 -> 10, 07 -> 09, 07 -> 08, or
-    06). ``defines`` go to the recurrence kernel's compiler (probe builds only)."""
+    06). ``defines`` go to the recurrence kernel's compiler (probe builds only).
+
+    bf16 I/O: q, k, v, g, beta given as torch bfloat16 tensors select 07 -> 10 with bf16 loads and a
+    bf16 o (the arithmetic, the initial and the final state stay fp32)."""
     if impl not in SUPPORTED_TC_IMPL:
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
+    io = "bf16" if _is_torch_bf16(q) else "fp32"
+    if io == "bf16" and impl not in BF16_IMPLS:
+        raise ValueError(f"bf16 inputs run on impl {' or '.join(map(repr, BF16_IMPLS))} only (07 -> 10), got "
+                         f"impl={impl!r}; pass impl='lean' or float32 inputs")
     import cupy as cp
 
     from ..compile import load_kernel
 
-    arrays, dims = validate_inputs(q, k, v, g, beta, initial_state, chunk_size=FUSED_CHUNK, check_gate=check_gate)
+    arrays, dims = validate_inputs(q, k, v, g, beta, initial_state, chunk_size=FUSED_CHUNK, check_gate=check_gate,
+                                   io=io)
     B, T, H, K, V = dims
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
@@ -621,22 +660,24 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         ws = {}
     else:
         src, fn, _, words = STATE_IMPLS[impl]
-        kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", (K, C)),
-                   "state": load_kernel(src, fn, (K, V, C, bv), defines=defines)}
+        bf = io == "bf16"     # 07 and 10 take it as their last template argument
+        kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", (K, C, bf)),
+                   "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ()),
+                                        defines=defines)}
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K)
         kernels["state"].max_dynamic_shared_size_bytes = 4 * words(K, V, bv)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
-    o = cp.empty((B, T, H, V), dtype=cp.float32)
+    o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
-    return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels)
+    return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io)
 
 
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
            output_final_state: bool = False, bv: int | None = None, impl: str = DEFAULT_TC_IMPL):
     """Chunked KDA on tensor cores with 3xBF16 products (fp32 in and out, fp32-class accuracy):
     07 -> 10 (``impl="lean"``, default), 07 -> 09 (``"ws"``), 07 -> 08 (``"split"``) or 06
-    (``"fused"``). Returns CuPy
-    ``(o, final_state or None)``."""
+    (``"fused"``). Returns CuPy ``(o, final_state or None)``. With torch bfloat16 q, k, v, g, beta
+    (07 -> 10 only): o is a torch bfloat16 tensor, the final state a CuPy float32 array."""
     return prepare_tc(q, k, v, g, beta, scale, initial_state, output_final_state, bv, impl=impl).run()
 
 
@@ -659,10 +700,12 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                 if tensor_cores and C in TC_CHUNK:
                     out.append((STATE_TC_SRC, "kda_chunk_state_tc", (K, V, C, bv)))
     if "tc" in forms and tensor_cores:
-        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK)))
+        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, False)))
+        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, True)))          # bf16 I/O
         for bv in bvs:
             out.append((FUSED_SRC, "kda_chunk_fused", (K, V, FUSED_CHUNK, bv)))
             out.append((ONCHIP_SRC, "kda_chunk_state_onchip", (K, V, FUSED_CHUNK, bv)))
             out.append((WS_SRC, "kda_chunk_state_ws", (K, V, FUSED_CHUNK, bv)))
-            out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv)))
+            out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv, False)))
+            out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
     return out
