@@ -99,6 +99,14 @@ static __device__ __forceinline__ unsigned cluster_nctarank() {
 static __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+// The same barrier split in two: a thread arrives (its shared-memory writes, local or remote, are
+// released), may work on, then waits for the phase to complete; each thread alternates the two.
+static __device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 template <class T>
 static __device__ __forceinline__ T* cluster_map_shared(T* p, unsigned rank) {
     unsigned long long r;

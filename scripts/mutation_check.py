@@ -139,7 +139,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_emu_09_tf32_mma.py::test_3xtf32_long_sequence",),
              "the recorded H200 bug: FMA contraction makes alpha 1 + 1e-7 on every tile; only a CPU "
              "model built with contraction and a long sequence of small tiles sees it"),
-    # ---- the 3xBF16 delta kernels 06-10 on the ladder CPU model (tests/test_emu_delta_tc.py)
+    # ---- the 3xBF16 delta kernels 06-11 on the ladder CPU model (tests/test_emu_delta_tc.py)
     Mutation("09: consumers start a chunk without waiting for its operands",
              "kernels/delta/09_chunk_state_ws.cu",
              "        named_bar_sync(BAR_FULL + (n & 1), NTH);   // chunk n's operands; S^T of chunk n complete\n",
@@ -184,6 +184,12 @@ MUTATIONS: tuple[Mutation, ...] = (
              "",
              ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K64V64BV32]",),
              "every chunk after the first would reuse the first chunk's registers"),
+    Mutation("11: producers refill a buffer without waiting for the cluster",
+             "kernels/delta/11_chunk_state_cluster.cu",
+             "            if (n >= 1) cluster_wait();                              // phase n-1: chunk n-2 done everywhere\n",
+             "",
+             ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K64V64BV32]",),
+             "the model's split cluster barrier refuses a second arrive before a wait (on the GPU: a race)"),
     # ---- recorded data checked by value (tests/test_recorded_data.py)
     Mutation("data: converged claimed at a spread above 5 %", NAIVE_TIMING, "", "", ("tests/test_recorded_data.py",),
              edit=csv_row_edit("converged", lambda r: "True",

@@ -3,7 +3,7 @@
 
     python scripts/sanitize_kernels.py                 # memcheck, racecheck, synccheck, initcheck
     python scripts/sanitize_kernels.py --tools memcheck
-    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-10 instead (kns=kda_)
+    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-11 instead (kns=kda_)
     python scripts/sanitize_kernels.py --list          # what the worker launches (no GPU needed)
 
 The driver runs this script's worker once per tool under ``compute-sanitizer --tool <tool>
@@ -51,13 +51,13 @@ DELTA_B, DELTA_H, DELTA_T = 1, 3, 77
 def delta_plan() -> list[dict]:
     out = [dict(launcher="recurrent", K=64, steps="01")]
     out += [dict(launcher="chunk", state=st, K=64, steps=f"02 03 {n}") for st, n in (("simt", "04"), ("tc", "05"))]
-    from attnlab.delta.fast import TC_IMPLS
+    from attnlab.delta import kernels as dk
 
-    out += [dict(launcher="tc", impl=impl, K=K, steps=" ".join(steps)) for _, impl, steps in TC_IMPLS for K in (64, 128)]
-    from attnlab.delta.kernels import BF16_IMPLS
-
-    out += [dict(launcher="tc", impl=impl, K=K, steps=" ".join(steps), io="bf16")
-            for _, impl, steps in TC_IMPLS if impl in BF16_IMPLS for K in (64, 128)]
+    step_of = {k.function: k.step for k in dk.DELTA_KERNELS}
+    impls = [("fused", "06")] + [(impl, "07 " + step_of[fn]) for impl, (_, fn, _, _) in dk.STATE_IMPLS.items()]
+    out += [dict(launcher="tc", impl=impl, K=K, steps=steps) for impl, steps in impls for K in (64, 128)]
+    out += [dict(launcher="tc", impl=impl, K=K, steps=steps, io="bf16")
+            for impl, steps in impls if impl in dk.BF16_IMPLS for K in (64, 128)]
     return out
 
 
@@ -92,6 +92,8 @@ def delta_worker() -> int:
 
                 x = dict(x, **{n: torch.from_numpy(x[n].get()).to(torch.bfloat16).cuda()
                                for n in ("q", "k", "v", "g", "beta")})
+            if p["impl"] == "cluster" and cc < dk.CLUSTER_MIN_CC:
+                continue
             plan = dk.prepare_tc(**x, output_final_state=True, impl=p["impl"], check_gate=False)
         # No poison fill and no device-side check: the outputs stay as cp.empty left them and are
         # copied whole to the host, so initcheck sees a read of any element a kda_ kernel did not

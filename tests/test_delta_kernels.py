@@ -168,7 +168,8 @@ def test_cost_model():
 
 # ----------------------------------------------------------------------------- static build (CPU)
 
-STATIC = [(K, inst) for K in (128, 64) for inst in dk.static_instantiations(K, K, forms=("recurrent", "chunked", "tc"))]
+STATIC = [(K, inst) for K in (128, 64)
+          for inst in dk.static_instantiations(K, K, forms=("recurrent", "chunked", "tc", "cluster"))]
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
@@ -190,7 +191,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
                "kda_chunk_state": (args[0] // 4) * (args[-1] // 4),
                "kda_chunk_state_tc": 2 * args[0], "kda_chunk_fused": dk.FUSED_THREADS,
                "kda_chunk_prep": 3 * dk.FUSED_THREADS, "kda_chunk_state_onchip": dk.FUSED_THREADS,
-               "kda_chunk_state_ws": dk.WS_THREADS, "kda_chunk_state_lean": dk.WS_THREADS}[function]
+               "kda_chunk_state_ws": dk.WS_THREADS, "kda_chunk_state_lean": dk.WS_THREADS,
+               "kda_chunk_state_cluster": dk.WS_THREADS}[function]
     assert r.registers * threads <= 65536
     if function == "kda_chunk_state":
         assert "ld.shared.v4.f32" in r.ptx, "the state pass should read shared memory as float4"
@@ -202,6 +204,10 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx
         assert "cvt.rn.bf16x2.f32" in r.ptx
+    if function == "kda_chunk_state_cluster":
+        # one cluster-barrier phase per chunk (split arrive / wait), P1 written through mapa'd addresses
+        assert "barrier.cluster.arrive.release.aligned" in r.ptx and "barrier.cluster.wait.acquire.aligned" in r.ptx
+        assert "mapa.u64" in r.ptx and ".reqnctapercluster" in r.ptx
     if function in ("kda_chunk_state_ws", "kda_chunk_state_lean"):
         assert "bar.arrive" in r.ptx and "bar.sync" in r.ptx, "09 and 10 hand buffers over with named barriers"
     if function == "kda_chunk_state_lean":
@@ -229,6 +235,7 @@ def test_tensor_core_launcher_mirrors_the_kernel_layouts_and_errors():
     # shared-memory mirrors at the sizes the kernels' static_asserts and the CPU model agree on
     assert 4 * dk.ws_smem_words(128, 128, 32) <= 227 * 1024
     assert dk.lean_smem_words(128, 128, 32) == dk.ws_smem_words(128, 128, 32) - 3 * 32 * 128
+    assert 4 * dk.cluster_smem_words(128, 128, 16) <= 227 * 1024
     assert 4 * dk.fused_smem_words(128, 128, 32) <= 227 * 1024
     assert 3 * 4 * dk.prep_smem_words(128) <= 228 * 1024, "07 is sized for three blocks per SM"
     assert dk.ta_workspace_shape(2, 33, 3) == (2, 3, 2, 4, 32, 16)

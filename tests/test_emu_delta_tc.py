@@ -1,6 +1,6 @@
-"""The 3xBF16 delta kernels (kernels/delta/06-10) on the CPU model of tests/ladder_emu/ladder_emu.h.
+"""The 3xBF16 delta kernels (kernels/delta/06-11) on the CPU model of tests/ladder_emu/ladder_emu.h.
 
-tests/delta_emu/harness_06.cpp runs 06 (one kernel), 07 -> 08, 07 -> 09 and 07 -> 10 on the same inputs; the
+tests/delta_emu/harness_06.cpp runs 06 (one kernel) and 07 -> 08, 09, 10, 11 on the same inputs; the
 model defers every cp.async copy to the wait that retires it, runs named barriers with their
 thread counts, and accumulates bf16 MMAs as the tensor core does. Each output is compared with the
 float64 recurrence (attnlab.delta.kda_recurrent_fp64): edge lengths (T = 1, tails), every gate
@@ -97,6 +97,10 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     for tag, label in (("ws", "09"), ("ln", "10")):
         assert np.array_equal(out[tag][0], out["ts"][0]) and np.array_equal(out[tag][1], out["ts"][1]), \
             f"{label} must reproduce 08 bit for bit"
+    # 11 (a head's value blocks as one cluster) sums the gates in other groups: 10 to rounding
+    o, s = read("cl_o", (B, T, H, V)), read("cl_ht", (B, H, K, V))
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"07->11: errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"
+    assert rel(o, out["ln"][0]) < 3e-6 and rel(s, out["ln"][1]) < 3e-6, "11 should match 10 to rounding"
     # bf16 I/O (07 -> 10 with bf16 q, k, v, g, beta and o): against the float64 recurrence on the
     # inputs rounded to bf16, o must be that result rounded to bf16 (up to a rare last-bit tie: the
     # kernels' own error is ~1e-5 of o), the fp32 final state fp32-accurate
@@ -232,7 +236,7 @@ def test_tensor_core_kernels_under_sanitizers(tmp_path):
     report = [line for line in res.stderr.splitlines() if any(s in line for s in SANITIZER_REPORT)]
     assert res.returncode == 0 and not report, f"sanitizer report (exit {res.returncode}):\n{res.stderr[-6000:]}"
     ref_o, _ = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
-    for tag in ("fz", "ts", "ws", "ln"):
+    for tag in ("fz", "ts", "ws", "ln", "cl"):
         assert rel(np.fromfile(tmp_path / f"{tag}_o", np.float32).reshape(B, T, H, V), ref_o) < TOL, tag
 
 

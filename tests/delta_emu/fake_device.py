@@ -169,8 +169,12 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
                'inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }\n'
                '#define KDA_DYNAMIC_SHARED(name) float* name = emu_dynamic_smem()\n'
                '#define __trap() (std::fprintf(stderr, "__trap()\\n"), std::abort())\n') if ladder else ""
-    launch = ('    g_kda_smem_bytes = smem;\n'
-              '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n') if ladder else \
+    # A kernel with a compile-time cluster shape (__cluster_dims__: 11, a head's value blocks along
+    # x) runs each cluster's blocks together, with distributed shared memory.
+    cluster = "__cluster_dims__" in text
+    launch = ('    g_kda_smem_bytes = smem;\n' +
+              ('    emu_launch_cluster(dim3{gx, gy, gz}, gx, bx * by * bz, smem, [&] {\n' if cluster else
+               '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n')) if ladder else \
              '    emu_launch(dim3(gx, gy, gz), dim3(bx, by, bz), smem, [&] {\n'
     code = (prelude + f'#include "{source}"\n'
             'extern "C" void emu_run(const unsigned long long* ptrs, const int* ints, const float* floats,\n'
@@ -180,7 +184,7 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
             '    });\n}\n')
     key = hashlib.sha256((code + (ROOT / "kernels" / source).read_text()
                           + "".join(p.read_text() for p in sorted((ROOT / "kernels").glob("*.cuh")))
-                          + (ROOT / "kernels" / "delta" / "delta_common.cuh").read_text()
+                          + "".join(p.read_text() for p in sorted((ROOT / "kernels" / "delta").glob("*.cuh")))
                           + model.read_text()).encode()).hexdigest()[:16]
     if key in _LIBS:
         return _LIBS[key]

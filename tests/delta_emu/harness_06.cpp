@@ -1,12 +1,14 @@
-// Runs kernels/delta/06_chunk_fused_tc.cu, 07 -> 08, 07 -> 09 and 07 -> 10 on the CPU model of
-// tests/ladder_emu/ladder_emu.h (which defers every cp.async copy to the wait that retires it, and
-// models the tensor core's bf16 MMA with its fp32 accumulation), for one compile-time configuration.
+// Runs kernels/delta/06_chunk_fused_tc.cu and 07 -> 08, 09, 10, 11 on the CPU model of
+// tests/ladder_emu/ladder_emu.h (which defers every cp.async copy to the wait that retires it,
+// models the tensor core's bf16 MMA with its fp32 accumulation, and runs a cluster's blocks
+// together), for one compile-time configuration.
 // Build: g++ -std=c++20 -O1 -pthread -include tests/ladder_emu/ladder_emu.h -I kernels
 //        -DEMU_K=.. -DEMU_V=.. -DEMU_BV=.. tests/delta_emu/harness_06.cpp
 // Run:   harness_06 DIR B T H SCALE HAS_H0
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes fz_o, fz_ht (06, one
 // kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09), ln_o, ln_ht (07 then 10) and
-// bf_o, bf_ht (07 then 10 with bf16 inputs and output: the inputs rounded to bf16 here) there.
+// cl_o, cl_ht (07 then 11, a cluster per head), bf_o, bf_ht (07 then 10 with bf16 inputs and
+// output: the inputs rounded to bf16 here) there.
 #define KDA_HOST_EMULATION 1
 inline size_t g_kda_smem_bytes = 0;
 inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
@@ -18,6 +20,7 @@ inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
 #include "delta/08_chunk_state_onchip.cu"
 #include "delta/09_chunk_state_ws.cu"
 #include "delta/10_chunk_state_lean.cu"
+#include "delta/11_chunk_state_cluster.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -81,6 +84,17 @@ int main(int argc, char** argv) {
     });
     write_f32(dir + "/ln_o", o4);
     write_f32(dir + "/ln_ht", ht4);
+
+    // 07 -> 11: the head's value blocks as one cluster
+    std::vector<float> o7(nv, nan), ht7(ns, nan);
+    using LCl = KdaClusterLayout<K, V, C, BV>;
+    g_kda_smem_bytes = LCl::WORDS * 4;
+    emu_launch_cluster(dim3{V / BV, (unsigned)H, (unsigned)B}, V / BV, LCl::NTH, g_kda_smem_bytes, [&] {
+        kda_chunk_state_cluster<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
+                                             has_h0 ? h0.data() : nullptr, o7.data(), ht7.data(), T, H, scale);
+    });
+    write_f32(dir + "/cl_o", o7);
+    write_f32(dir + "/cl_ht", ht7);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <optional>
 #include <condition_variable>
 #include <mutex>
 #include <cmath>
@@ -357,6 +358,31 @@ inline void cluster_sync() {
     if (g_cluster) g_cluster->bar->arrive_and_wait();
     else __syncthreads();
 }
+// The split cluster barrier: each thread alternates arrive and wait; wait returns once every thread
+// of the cluster has arrived in the phase this thread's arrive belongs to.
+inline thread_local std::optional<std::barrier<>::arrival_token> emu_cluster_token;
+inline thread_local bool emu_cluster_arrived = false;
+inline void cluster_arrive() {
+    if (!g_cluster || emu_cluster_arrived) {
+        std::fprintf(stderr, "cluster_arrive: %s\n", g_cluster ? "arrived twice without a wait" : "not in a cluster launch");
+        std::abort();
+    }
+    emu_cluster_token.emplace(g_cluster->bar->arrive());
+    emu_cluster_arrived = true;
+}
+inline void cluster_wait() {
+    if (!g_cluster || !emu_cluster_arrived) {
+        std::fprintf(stderr, "cluster_wait: %s\n", g_cluster ? "no arrive before it" : "not in a cluster launch");
+        std::abort();
+    }
+    g_cluster->bar->wait(std::move(*emu_cluster_token));
+    emu_cluster_token.reset();
+    emu_cluster_arrived = false;
+}
+// A kernel's compile-time cluster shape (CUDA's attribute): the harness passes it to emu_launch_cluster.
+#ifndef __cluster_dims__
+#define __cluster_dims__(...)
+#endif
 template <class T>
 inline T* cluster_map_shared(T* p, unsigned rank) {
     if (!g_cluster || rank >= g_cluster->smem.size()) {
@@ -396,6 +422,7 @@ inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, 
                     g_cluster = &cl;
                     g_cluster_rank = r;
                     g_block_smem = cl.smem[r];
+                    emu_cluster_arrived = false;
                     emu_run_thread(kernel, grid, t, b);
                     g_cluster = nullptr;
                     g_block_smem = nullptr;

@@ -38,13 +38,16 @@ FLA = "fla chunk_kda"
 
 
 def _bf16_inputs(d: dict):
-    """q, k, v, g, beta as torch bfloat16 CUDA tensors (None without torch): the bf16-I/O path's inputs,
-    the same values fla's bf16 run gets."""
+    """q, k, v, g, beta as torch bfloat16 CUDA tensors (None without torch or a CUDA device): the
+    bf16-I/O path's inputs, the same values fla's bf16 run gets."""
     try:
         import torch
     except ImportError:
         return None
-    return {n: torch.from_dlpack(d[n]).to(torch.bfloat16).contiguous() for n in ("q", "k", "v", "g", "beta")}
+    t = {n: torch.from_dlpack(d[n]) for n in ("q", "k", "v", "g", "beta")}
+    if not t["q"].is_cuda:    # e.g. the CPU model's stand-in arrays: the bf16 path needs a CUDA device
+        return None
+    return {n: a.to(torch.bfloat16).contiguous() for n, a in t.items()}
 
 
 def ladder_table() -> pd.DataFrame:

@@ -48,7 +48,8 @@ RECURRENT_WARPS = 4
 FUSED_CHUNK = 32                 # 06 inverts two 16 x 16 blocks: chunks of 32 rows
 FUSED_MIN_CC = 80                # bf16 mma.sync and cp.async: sm_80+
 FUSED_THREADS = 256
-WS_THREADS = 512                 # 09, 10: eight consumer warps, eight producer warps
+WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer warps
+CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (07 -> 10 only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean",)
@@ -90,15 +91,19 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "08 with 8 producer warps building chunk n+1 while 8 consumer warps run chunk n"),
     DeltaKernel("10", "delta/10_chunk_state_lean.cu", "kda_chunk_state_lean", "tc", "recurrence, lean producers", 80,
                 "09 with q, k, g read into registers (no staging) and conflict-free swizzled Kd^T stores"),
+    DeltaKernel("11", "delta/11_chunk_state_cluster.cu", "kda_chunk_state_cluster", "tc",
+                "recurrence, P1 shared by a cluster", 90,
+                "10 with a head's value blocks as one cluster, each building P1 for its share of the channels "
+                "into every block's shared memory (DSMEM)"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC, CLUSTER_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
-    """The registry entry of a step ("01" ... "10"); a one-line error for an unknown one."""
+    """The registry entry of a step ("01" ... "11"); a one-line error for an unknown one."""
     for k in DELTA_KERNELS:
         if k.step == step:
             return k
@@ -528,6 +533,13 @@ def lean_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return ws_smem_words(K, V, BV, C) - 3 * C * K
 
 
+def cluster_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_cluster`` (11) in words (mirrors
+    ``KdaClusterLayout``): 10's, with group sums for two-row groups of this block's channels."""
+    NB = V // BV
+    return lean_smem_words(K, V, BV, C) - (WS_THREADS - 256) // (K // 2) * K + (C // 2) * (K // NB)
+
+
 def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
     """07's output, 08's input: per (b, h, chunk) T hi, T lo, Aqk hi, Aqk lo as C x C/2 words."""
     return (B, H, -(-T // C), 4, C, C // 2)
@@ -618,6 +630,7 @@ class TcPlan:
 
 #: The recurrence kernel after 07 of each two-kernel impl: source, function, threads, shared words.
 STATE_IMPLS = {
+    "cluster": (CLUSTER_SRC, "kda_chunk_state_cluster", WS_THREADS, cluster_smem_words),
     "lean": (LEAN_SRC, "kda_chunk_state_lean", WS_THREADS, lean_smem_words),
     "ws": (WS_SRC, "kda_chunk_state_ws", WS_THREADS, ws_smem_words),
     "split": (ONCHIP_SRC, "kda_chunk_state_onchip", FUSED_THREADS, onchip_smem_words),
@@ -649,10 +662,17 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     B, T, H, K, V = dims
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
+    if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
+        raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
+                         f"{CLUSTER_MIN_CC / 10:.1f}, this GPU has {int(device.compute_capability) / 10:.1f}; "
+                         "use impl='lean'")
     if bv is None:
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         bv = default_bv(B, H, V, sms)
     validate_config(K, V, FUSED_CHUNK, bv=bv)
+    if impl == "cluster" and V // bv > 8:
+        raise ValueError(f"impl='cluster' runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
+                         "pass bv=32 or impl='lean'")
     C = FUSED_CHUNK
     if impl == "fused":
         kernels = {"fused": load_kernel(FUSED_SRC, "kda_chunk_fused", (K, V, C, bv))}
@@ -686,7 +706,8 @@ def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32),
                           tensor_cores: bool = True, forms=("recurrent", "chunked")) -> list[tuple]:
     """(source, function, template args) of every kernel a default run at (K, V) uses, for the
-    registry forms asked for ("recurrent", "chunked": notebook 07; "tc": 06-09, notebook 13).
+    registry forms asked for ("recurrent", "chunked": notebook 07; "tc": 06-10, notebook 13;
+    "cluster": 11, not yet in a notebook).
     With ``tensor_cores=False``, none that needs sm_80+."""
     out = []
     if "recurrent" in forms:
@@ -708,4 +729,6 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((WS_SRC, "kda_chunk_state_ws", (K, V, FUSED_CHUNK, bv)))
             out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv, False)))
             out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
+    if "cluster" in forms and tensor_cores:
+        out += [(CLUSTER_SRC, "kda_chunk_state_cluster", (K, V, FUSED_CHUNK, bv)) for bv in bvs if V // bv <= 8]
     return out
