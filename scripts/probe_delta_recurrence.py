@@ -7,8 +7,9 @@
    shapes and the target shape, and their error vs the float64 recurrence on the small ones.
 2. Median latency at B=2, H=16, K=V=128 of each impl (07 + recurrence) and of each recurrence alone,
    plus the probe builds of 10 (KDA_PROBE=1: consumers idle, the producers' time alone; KDA_PROBE=2:
-   producers' arithmetic idle, the consumers' time alone), beside fla's chunk_kda in bf16, timed in this one run; and the KDA_PROBE=3 build's clock stamps: the median
-   cycles of every phase of each warp role.
+   producers' arithmetic idle, the consumers' time alone), beside fla's chunk_kda in bf16, timed in
+   this one run; and the KDA_PROBE=3 build's clock stamps (notebook 13's attnlab.delta.fast.
+   phase_cycles): the median cycles of every phase of each warp role.
 3. With --ncu: shared-memory wavefronts and bank conflicts, pipe utilisation and stall reasons of
    each recurrence kernel at T=4096 (Nsight Compute, boost clocks).
 
@@ -28,17 +29,13 @@ import pandas as pd
 
 from attnlab.arrays import rel_error
 from attnlab.delta import bench as db
+from attnlab.delta import fast
 from attnlab.delta import kernels as dk
 from attnlab.delta.naive import kda_recurrent_fp64
 
 TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split"]
 PROBES = {"10 producers alone (KDA_PROBE=1)": ("lean", {"KDA_PROBE": 1}),
           "10 consumers alone (KDA_PROBE=2)": ("lean", {"KDA_PROBE": 2})}
-#: KDA_PROBE=3 clock stamps: (label, from stamp, to stamp) per role; stamps 0-6 as in kernel 10
-PHASES = {"consumer": [("wait FULL", 0, 1), ("S1", 1, 2), ("bar after S1", 2, 3), ("S2", 3, 4),
-                       ("bar after S2", 4, 5), ("S3", 5, 6)],
-          "producer": [("wait EMPTY", 0, 1), ("07 copy issue + v wait + bar", 1, 2), ("gate sums + bar", 2, 3),
-                       ("P1 exp/split/stores", 3, 4), ("beta v + bar", 4, 5), ("v issue + 07 wait", 5, 6)]}
 NCU_METRICS = (
     "gpu__time_duration.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
@@ -116,26 +113,6 @@ def latency(T_list, budget: float, with_fla: bool) -> pd.DataFrame:
     return df[["implementation", "config", "T", "median_ms", "rel_iqr"]]
 
 
-def stamps(impl: str, T: int = 4096, nstamp: int = 48, skip: int = 8) -> pd.DataFrame:
-    """Median cycles of each phase (chunks skip..nstamp-1) per warp of block (0, 0, 0), from the
-    KDA_PROBE=3 build of 10, plus the chunk period (stamp 0 to stamp 0 of the next chunk)."""
-    _, d = db.device_inputs(2, T, 16, 128, 128, seed=T)
-    p = dk.prepare_tc(**d, check_gate=False, impl=impl, output_final_state=True, defines={"KDA_PROBE": 3})
-    p.run()
-    p.run()
-    st = p.final_state.ravel()[: 16 * nstamp * 8].get().reshape(16, nstamp, 8).astype(np.float64)
-    rows = []
-    for w in range(16):
-        role = "consumer" if w < 8 else "producer"
-        x = st[w, skip:]
-        for label, a, b in PHASES[role]:
-            rows.append(dict(impl=impl, warp=w, role=role, phase=label,
-                             median_cycles=float(np.median(x[:, b] - x[:, a]))))
-        rows.append(dict(impl=impl, warp=w, role=role, phase="chunk period",
-                         median_cycles=float(np.median(np.diff(st[w, skip:, 0])))))
-    return pd.DataFrame(rows)
-
-
 NCU_TARGET = """
 import sys
 from attnlab.delta import bench as db, kernels as dk
@@ -185,9 +162,9 @@ def main() -> None:
         print(c.to_string(), flush=True)
         print("all bitwise equal to 07 -> 08:", bool(c["bitwise_eq_08"].all()),
               " worst rel err o:", c["rel_err_o"].max(), " state:", c["rel_err_state"].max(), flush=True)
-    ph = stamps("lean")
+    ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096)   # notebook 13's clock-stamp table
     ph.to_csv(out / "state_phases.csv", index=False)
-    print(ph.groupby(["role", "phase", "impl"], sort=False)["median_cycles"].median().unstack().to_string(), flush=True)
+    print(fast.phase_summary(ph).to_string(), flush=True)
     lat = latency(a.T, a.budget, not a.no_fla)
     lat.to_csv(out / "state_latency.csv", index=False)
     print(lat.to_string(), flush=True)

@@ -34,7 +34,9 @@
 #ifndef KDA_PROBE
 #define KDA_PROBE 0
 #endif
-#define KDA_NSTAMP 48
+#ifndef KDA_NSTAMP
+#define KDA_NSTAMP 48   // attnlab.delta.fast.STAMP_CHUNKS passes its own
+#endif
 #if KDA_PROBE == 3
 #define KDA_STAMP(j)                                                                                \
     do {                                                                                            \

@@ -278,7 +278,7 @@ def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: in
     if -(-T // dk.FUSED_CHUNK) < STAMP_CHUNKS:
         raise ValueError(f"phase_cycles needs T >= {STAMP_CHUNKS * dk.FUSED_CHUNK} (stamps of "
                          f"{STAMP_CHUNKS} chunks), got {T}")
-    plan = dk.prepare_tc(**d, check_gate=False, impl=BEST_IMPL, output_final_state=True, defines={"KDA_PROBE": 3})
+    plan = dk.prepare_tc(**d, check_gate=False, impl=BEST_IMPL, output_final_state=True, defines={"KDA_PROBE": 3, "KDA_NSTAMP": STAMP_CHUNKS})
     plan.run()   # compile and warm up
     plan.run()
     n_warps = dk.WS_THREADS // 32
