@@ -33,7 +33,8 @@ from attnlab.delta import fast
 from attnlab.delta import kernels as dk
 from attnlab.delta.naive import kda_recurrent_fp64
 
-TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split"]
+TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split"]   # "cluster" (11) sums gates in another order:
+#                                                              it matches 10 to rounding, not bit for bit
 PROBES = {"10 producers alone (KDA_PROBE=1)": ("lean", {"KDA_PROBE": 1}),
           "10 consumers alone (KDA_PROBE=2)": ("lean", {"KDA_PROBE": 2})}
 NCU_METRICS = (
@@ -87,14 +88,23 @@ def latency(T_list, budget: float, with_fla: bool) -> pd.DataFrame:
     for T in T_list:
         _, d = db.device_inputs(B, T, H, K, V, seed=T)
         for impl in TWO_KERNEL:
-            p = dk.prepare_tc(**d, check_gate=False, impl=impl)
-            rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}", config=f"BV={p.bv}", T=T))
-            rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget, implementation=f"{impl} recurrence alone",
-                                  config=f"BV={p.bv}", T=T))
-            if impl == TWO_KERNEL[0]:
-                rows.append(db._timed(lambda p=p: p.run(stages=(1,)), budget, implementation="07 alone",
+            for bv in dk.SUPPORTED_BV:      # every value-block width, not only the launcher's default
+                p = dk.prepare_tc(**d, check_gate=False, impl=impl, bv=bv)
+                rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}", config=f"BV={p.bv}", T=T))
+                rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
+                                      implementation=f"{impl} recurrence alone", config=f"BV={p.bv}", T=T))
+                if impl == TWO_KERNEL[0] and bv == dk.SUPPORTED_BV[0]:
+                    rows.append(db._timed(lambda p=p: p.run(stages=(1,)), budget, implementation="07 alone",
+                                          config="", T=T))
+                del p
+        tb = fast._bf16_inputs(d)
+        if tb is not None:
+            for bv in dk.SUPPORTED_BV:
+                p = dk.prepare_tc(**tb, check_gate=False, impl=fast.BEST_IMPL, bv=bv)
+                rows.append(db._timed(p.run, budget, implementation=f"07 + {fast.BEST_IMPL}, bf16 I/O",
                                       config=f"BV={p.bv}", T=T))
-            del p
+                del p
+            del tb
         for label, (impl, defines) in PROBES.items():
             p = dk.prepare_tc(**d, check_gate=False, impl=impl, defines=defines)
             rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget, implementation=label, config=f"BV={p.bv}", T=T))
@@ -160,7 +170,7 @@ def main() -> None:
         c = correctness(max(a.T))
         c.to_csv(out / "state_correctness.csv", index=False)
         print(c.to_string(), flush=True)
-        print("all bitwise equal to 07 -> 08:", bool(c["bitwise_eq_08"].all()),
+        print("all bitwise equal to 07 -> 08 (bar 11):", bool(c[c["impl"] != "cluster"]["bitwise_eq_08"].all()),
               " worst rel err o:", c["rel_err_o"].max(), " state:", c["rel_err_state"].max(), flush=True)
     ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096)   # notebook 13's clock-stamp table
     ph.to_csv(out / "state_phases.csv", index=False)
