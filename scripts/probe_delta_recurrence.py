@@ -51,6 +51,10 @@ NCU_METRICS = (
     "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
     "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
     "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_membar_per_issue_active.ratio",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__m_xbar2l1tex_read_bytes.sum",
+    "l1tex__throughput.avg.pct_of_peak_sustained_elapsed", "lts__t_sectors_srcunit_tex_op_read.sum",
 )
 
 
@@ -125,14 +129,36 @@ def latency(T_list, budget: float, with_fla: bool) -> pd.DataFrame:
 
 NCU_TARGET = """
 import sys
-from attnlab.delta import bench as db, kernels as dk
+from attnlab.delta import bench as db, fast, kernels as dk
 _, d = db.device_inputs(2, {T}, 16, 128, 128, seed=0)
 for impl in {impls!r}:
     p = dk.prepare_tc(**d, check_gate=False, impl=impl)
     p.run(stages=(1,))
     p.run(stages=(2,))
+tb = fast._bf16_inputs(d)
+if tb is not None:      # the bf16-I/O instantiations of 07 and 10
+    p = dk.prepare_tc(**tb, check_gate=False, impl=fast.BEST_IMPL)
+    p.run(stages=(1,))
+    p.run(stages=(2,))
 import cupy as cp; cp.cuda.Device().synchronize()
 """
+
+
+def stage_latency(T_list, budget: float) -> pd.DataFrame:
+    """07 and 10 alone, fp32 and bf16 I/O, each stage timed by itself (the bf16 path's cost located)."""
+    rows = []
+    for T in T_list:
+        _, d = db.device_inputs(2, T, 16, 128, 128, seed=T)
+        for io, x in (("fp32", d), ("bf16", fast._bf16_inputs(d))):
+            if x is None:
+                continue
+            p = dk.prepare_tc(**x, check_gate=False, impl=fast.BEST_IMPL, bv=32)
+            for st, name in ((1, "07"), (2, "10")):
+                rows.append(db._timed(lambda p=p, st=st: p.run(stages=(st,)), budget, implementation=f"{name} alone",
+                                      config=f"io={io}", T=T))
+            rows.append(db._timed(p.run, budget, implementation="07 + 10", config=f"io={io}", T=T))
+            del p
+    return pd.DataFrame(rows)[["implementation", "config", "T", "median_ms", "rel_iqr"]]
 
 
 def ncu_counters(out: Path, T: int = 4096) -> pd.DataFrame | None:
@@ -144,7 +170,7 @@ def ncu_counters(out: Path, T: int = 4096) -> pd.DataFrame | None:
         return None
     target = out / "ncu_target.py"
     target.write_text(NCU_TARGET.format(T=T, impls=TWO_KERNEL))
-    cmd = ncu.build_command([sys.executable, str(target)], metrics=NCU_METRICS, kernel_regex="kda_chunk_state",
+    cmd = ncu.build_command([sys.executable, str(target)], metrics=NCU_METRICS, kernel_regex="kda_chunk",
                             ncu=exe)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     (out / "ncu_raw.csv").write_text(res.stdout)
@@ -163,21 +189,27 @@ def main() -> None:
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--skip-correctness", action="store_true")
     ap.add_argument("--ncu", action="store_true")
+    ap.add_argument("--stages-only", action="store_true", help="only 07 and 10 alone, fp32 and bf16 I/O (and --ncu)")
     a = ap.parse_args()
     out = Path(a.out)
     pd.set_option("display.width", 220)
-    if not a.skip_correctness:
+    if a.stages_only:
+        st = stage_latency(a.T, a.budget)
+        st.to_csv(out / "stage_latency.csv", index=False)
+        print(st.to_string(), flush=True)
+    if not a.skip_correctness and not a.stages_only:
         c = correctness(max(a.T))
         c.to_csv(out / "state_correctness.csv", index=False)
         print(c.to_string(), flush=True)
         print("all bitwise equal to 07 -> 08 (bar 11):", bool(c[c["impl"] != "cluster"]["bitwise_eq_08"].all()),
               " worst rel err o:", c["rel_err_o"].max(), " state:", c["rel_err_state"].max(), flush=True)
-    ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096)   # notebook 13's clock-stamp table
-    ph.to_csv(out / "state_phases.csv", index=False)
-    print(fast.phase_summary(ph).to_string(), flush=True)
-    lat = latency(a.T, a.budget, not a.no_fla)
-    lat.to_csv(out / "state_latency.csv", index=False)
-    print(lat.to_string(), flush=True)
+    if not a.stages_only:
+        ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096)   # notebook 13's clock-stamp table
+        ph.to_csv(out / "state_phases.csv", index=False)
+        print(fast.phase_summary(ph).to_string(), flush=True)
+        lat = latency(a.T, a.budget, not a.no_fla)
+        lat.to_csv(out / "state_latency.csv", index=False)
+        print(lat.to_string(), flush=True)
     if a.ncu:
         tidy = ncu_counters(out)
         if tidy is not None:
