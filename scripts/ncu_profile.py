@@ -153,7 +153,8 @@ FLASH_B, FLASH_H, FLASH_N, FLASH_D = 2, 8, 4096, (64, 128)
 
 #: The delta notebooks and what each profiles: (label, step, how to launch) at B=2, H=16, K=V=128,
 #: T=4096 (quick: the same; the calls are few). "impl" is attnlab.delta.kernels.prepare_tc's (or
-#: "chunk" for the three-kernel form), "stages" the launches of that plan to profile together.
+#: "chunk" for the three-kernel form), "stages" the launches of that plan to profile together, "io"
+#: "bf16" for the bf16-I/O path (torch bfloat16 inputs).
 DELTA_NOTEBOOKS = {
     "13_fast_delta": (
         ("05 state pass (3xTF32)", "05", dict(impl="chunk", stages=(3,))),
@@ -162,6 +163,8 @@ DELTA_NOTEBOOKS = {
         ("08 recurrence", "08", dict(impl="split", stages=(2,))),
         ("09 recurrence (warp-specialised)", "09", dict(impl="ws", stages=(2,))),
         ("10 recurrence (lean producers)", "10", dict(impl="lean", stages=(2,))),
+        ("10 recurrence, bf16 I/O", "10", dict(impl="lean", stages=(2,), io="bf16")),
+        ("11 recurrence (cluster, DSMEM)", "11", dict(impl="cluster", stages=(2,))),
     ),
 }
 DELTA_B, DELTA_H, DELTA_T, DELTA_K = 2, 16, 4096, 128
@@ -174,7 +177,7 @@ def build_delta_plan(notebook: str, profile: str = "full") -> list[dict]:
         raise ValueError(f"profile must be 'full' or 'quick', got {profile!r}")
     plan = []
     for label, step, how in DELTA_NOTEBOOKS[notebook]:
-        plan.append(dict(kernel=label, step=step, dtype="fp32", causal=False, B=DELTA_B, H=DELTA_H, N=DELTA_T,
+        plan.append(dict(kernel=label, step=step, dtype=how.get("io", "fp32"), causal=False, B=DELTA_B, H=DELTA_H, N=DELTA_T,
                          D=DELTA_K, params="C=32,BV=32", purpose="kernel", param_values=None,
                          delta=dict(how, stages=list(how["stages"]))))
     return plan
@@ -248,6 +251,10 @@ def _delta_call(e: dict, seed: int):
     if how["impl"] == "chunk":
         plan = dk.prepare_chunk(**d, check_gate=False)
     else:
+        if how.get("io") == "bf16":     # the bf16-I/O instantiation: torch bfloat16 q, k, v, g, beta
+            from attnlab.delta.fast import bf16_inputs
+
+            d = bf16_inputs(d)
         plan = dk.prepare_tc(**d, check_gate=False, impl=how["impl"])
     plan.run()                                               # every stage once: 09 reads 07's output
     stages = tuple(how["stages"])

@@ -101,7 +101,7 @@ def latency(T_list, budget: float, with_fla: bool) -> pd.DataFrame:
                     rows.append(db._timed(lambda p=p: p.run(stages=(1,)), budget, implementation="07 alone",
                                           config="", T=T))
                 del p
-        tb = fast._bf16_inputs(d)
+        tb = fast.bf16_inputs(d)
         if tb is not None:
             for bv in dk.SUPPORTED_BV:
                 p = dk.prepare_tc(**tb, check_gate=False, impl=fast.BEST_IMPL, bv=bv)
@@ -135,7 +135,7 @@ for impl in {impls!r}:
     p = dk.prepare_tc(**d, check_gate=False, impl=impl)
     p.run(stages=(1,))
     p.run(stages=(2,))
-tb = fast._bf16_inputs(d)
+tb = fast.bf16_inputs(d)
 if tb is not None:      # the bf16-I/O instantiations of 07 and 10
     p = dk.prepare_tc(**tb, check_gate=False, impl=fast.BEST_IMPL)
     p.run(stages=(1,))
@@ -149,7 +149,7 @@ def stage_latency(T_list, budget: float) -> pd.DataFrame:
     rows = []
     for T in T_list:
         _, d = db.device_inputs(2, T, 16, 128, 128, seed=T)
-        for io, x in (("fp32", d), ("bf16", fast._bf16_inputs(d))):
+        for io, x in (("fp32", d), ("bf16", fast.bf16_inputs(d))):
             if x is None:
                 continue
             p = dk.prepare_tc(**x, check_gate=False, impl=fast.BEST_IMPL, bv=32)

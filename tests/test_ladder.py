@@ -353,3 +353,15 @@ def test_with_occupancy_adds_limits():
 def test_ncu_view_says_when_nothing_is_recorded():
     view, msg = ladder.ncu_view("no-such-gpu", ["tiled"])
     assert view is None and "No Nsight Compute counters" in msg
+
+
+def test_repeat_consistency_separates_unconverged_pairs():
+    a = timing({("tiled", 64, 64): 1.0, ("tiled", 64, 4096): 2.0})
+    b = timing({("tiled", 64, 64): 2.5, ("tiled", 64, 4096): 2.02})
+    b.loc[b["N"] == 64, "converged"] = False
+    rc = ladder.repeat_consistency({"02_tiling": a, "03_float4": b})
+    assert list(rc["both_converged"]) == [False, True] or list(rc["both_converged"]) == [True, False]
+    text = ladder.describe_repeats(rc, "in two notebooks")
+    assert "over the 1 pairs whose timings both converged, median ratio 1.010" in text
+    assert "1 pairs with an unconverged timing" in text and "2.500" in text
+    assert "no pair whose timings both converged" in ladder.describe_repeats(rc[~rc["both_converged"]], "x")

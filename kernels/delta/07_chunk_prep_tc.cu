@@ -95,19 +95,19 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
     const int pp = tid % (K / 2), grp = tid / (K / 2);
     const int c0 = 2 * pp, r0 = grp * RPG;
     float G[RPG][2];
-    float2 qv[RPG], kv[RPG];
+    typename KdaRaw2<BF>::T xq[RPG], xk[RPG];   // as loaded: widened after the barrier (delta_io.cuh)
     {
         float run0 = 0.f, run1 = 0.f;
 #pragma unroll
         for (int ii = 0; ii < RPG; ++ii) {
             const long long tt = t0 + r0 + ii;
             float2 gg = make_float2(0.f, 0.f);
-            qv[ii] = gg; kv[ii] = gg;
+            xq[ii] = xk[ii] = kda_raw2_zero<BF>();
             if (tt < TT) {
                 const long long o = kda_bthd(b, tt, h, c0, TT, H, K);
                 gg = kda_ld2<BF>(g + o);
-                qv[ii] = kda_ld2<BF>(q + o);
-                kv[ii] = kda_ld2<BF>(k + o);
+                xq[ii] = kda_raw2<BF>(q + o);
+                xk[ii] = kda_raw2<BF>(k + o);
             }
             run0 += gg.x * KDA_LOG2E;
             run1 += gg.y * KDA_LOG2E;
@@ -132,21 +132,22 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
 #pragma unroll
     for (int ii = 0; ii < RPG; ++ii) {
         const int i = r0 + ii;
+        const float2 qv = kda_widen2<BF>(xq[ii]), kv = kda_widen2<BF>(xk[ii]);
         const float G0 = G[ii][0] + off0, G1 = G[ii][1] + off1;
         if (!slow) {
             const float e0 = fast_exp2(G0), e1 = fast_exp2(G1), rr0 = fast_exp2(-G0), rr1 = fast_exp2(-G1);
             const float bi = sBeta[i];
             unsigned hw, lw;
-            split_bf16x2(scale * qv[ii].x * e0, scale * qv[ii].y * e1, hw, lw);
+            split_bf16x2(scale * qv.x * e0, scale * qv.y * e1, hw, lw);
             QgH[i * LK + pp] = hw; QgL[i * LK + pp] = lw;
-            split_bf16x2(bi * kv[ii].x * e0, bi * kv[ii].y * e1, hw, lw);
+            split_bf16x2(bi * kv.x * e0, bi * kv.y * e1, hw, lw);
             KbH[i * LK + pp] = hw; KbL[i * LK + pp] = lw;
-            split_bf16x2(kv[ii].x * rr0, kv[ii].y * rr1, hw, lw);
+            split_bf16x2(kv.x * rr0, kv.y * rr1, hw, lw);
             KrH[i * LK + pp] = hw; KrL[i * LK + pp] = lw;
         } else {
             *reinterpret_cast<float2*>(sG2 + i * K + c0) = make_float2(G0, G1);
-            *reinterpret_cast<float2*>(sQx + i * K + c0) = qv[ii];
-            *reinterpret_cast<float2*>(sKx + i * K + c0) = kv[ii];
+            *reinterpret_cast<float2*>(sQx + i * K + c0) = qv;
+            *reinterpret_cast<float2*>(sKx + i * K + c0) = kv;
         }
     }
     __syncthreads();

@@ -140,18 +140,20 @@ kda_chunk_state_lean(const typename KdaIn<BF>::T* __restrict__ q, const typename
         const long long qk_row = (long long)H * K, v_row = (long long)H * V;
         // this thread's channels (c0, c0 + 1) of rows r0 .. r0 + RPG - 1, in registers a chunk ahead
         const long long base = kda_bthd(b, 0, h, c0, TT, H, K);
-        float2 rq[RPG], rk[RPG], rg[RPG];
+        // (as loaded: widened to fp32 only in P1, so the loads stay in flight across the consumers' work)
+        using Raw = typename KdaRaw2<BF>::T;
+        Raw xq[RPG], xk[RPG], xg[RPG];
         auto load_regs = [&](int n) {
 #pragma unroll
             for (int ii = 0; ii < RPG; ++ii) {
                 const long long tt = (long long)n * C + r0 + ii;
                 if (tt < TT) {
                     const long long off = base + tt * qk_row;
-                    rq[ii] = kda_ld2<BF>(q + off);
-                    rk[ii] = kda_ld2<BF>(k + off);
-                    rg[ii] = kda_ld2<BF>(g + off);
+                    xq[ii] = kda_raw2<BF>(q + off);
+                    xk[ii] = kda_raw2<BF>(k + off);
+                    xg[ii] = kda_raw2<BF>(g + off);
                 } else {
-                    rq[ii] = rk[ii] = rg[ii] = make_float2(0.f, 0.f);
+                    xq[ii] = xk[ii] = xg[ii] = kda_raw2_zero<BF>();
                 }
             }
         };
@@ -186,9 +188,9 @@ kda_chunk_state_lean(const typename KdaIn<BF>::T* __restrict__ q, const typename
         // stall the producers at every chunk)
         auto beta_of = [&](int n) {
             const long long tt = (long long)n * C + ptid;
-            return (ptid < C && tt < TT) ? kda_ld1<BF>(beta + (b * TT + tt) * H + h) : 0.0f;
+            return (ptid < C && tt < TT) ? beta[(b * TT + tt) * H + h] : TIn(0);
         };
-        float beta_next = beta_of(0);
+        TIn beta_next = beta_of(0);   // as loaded, widened when stored
         for (int n = 0; n < NC; ++n) {
             unsigned* pb = pbuf(n);
             unsigned* QgH = pb + L::PB_QG;  unsigned* QgL = QgH + C * LK;
@@ -200,11 +202,16 @@ kda_chunk_state_lean(const typename KdaIn<BF>::T* __restrict__ q, const typename
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), NTH);   // consumers are done with chunk n-2
             KDA_STAMP(1);
             load_ta(n);
-            if (ptid < C) sBeta[ptid] = beta_next;
+            if (ptid < C) sBeta[ptid] = kda_widen1<BF>(beta_next);
             if (n + 1 < NC) beta_next = beta_of(n + 1);
             cp_async_wait<1>();                                      // this thread's v copies
             named_bar_sync(BAR_PROD, NPT);                           // everyone's, and beta
             KDA_STAMP(2);
+            float2 rq[RPG], rk[RPG], rg[RPG];
+#pragma unroll
+            for (int ii = 0; ii < RPG; ++ii) {
+                rq[ii] = kda_widen2<BF>(xq[ii]); rk[ii] = kda_widen2<BF>(xk[ii]); rg[ii] = kda_widen2<BF>(xg[ii]);
+            }
             if (KDA_PROBE != 2) {
                 float run0 = 0.f, run1 = 0.f;
 #pragma unroll

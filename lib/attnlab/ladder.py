@@ -313,7 +313,10 @@ def same_grid(table: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
 
 def repeat_consistency(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Kernels measured in more than one notebook of the same run: the ratio of their medians, a
-    direct estimate of run-to-run noise (1.00 = identical)."""
+    direct estimate of run-to-run noise (1.00 = identical). ``both_converged`` says whether both
+    timings met the timer's convergence rule (a table without a ``converged`` column counts as
+    converged): only such pairs measure repeatability; the others (the shortest launches, whose
+    spread is launch overhead) say how far an unconverged median can move."""
     rows = []
     names = list(tables)
     for i, a in enumerate(names):
@@ -321,10 +324,30 @@ def repeat_consistency(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
             ta, tb = tables[a].set_index(["kernel", "D", "N"]), tables[b].set_index(["kernel", "D", "N"])
             common = ta.index.intersection(tb.index)
             for key in common:
+                conv = all(bool(t.loc[key, "converged"]) if "converged" in t else True for t in (ta, tb))
                 rows.append(dict(kernel=key[0], D=key[1], N=key[2], first=a, second=b,
                                  first_ms=float(ta.loc[key, "median_ms"]), second_ms=float(tb.loc[key, "median_ms"]),
-                                 ratio=float(tb.loc[key, "median_ms"] / ta.loc[key, "median_ms"])))
-    return pd.DataFrame(rows, columns=["kernel", "D", "N", "first", "second", "first_ms", "second_ms", "ratio"])
+                                 ratio=float(tb.loc[key, "median_ms"] / ta.loc[key, "median_ms"]),
+                                 both_converged=conv))
+    return pd.DataFrame(rows, columns=["kernel", "D", "N", "first", "second", "first_ms", "second_ms", "ratio",
+                                       "both_converged"])
+
+
+def describe_repeats(noise: pd.DataFrame, where: str) -> str:
+    """One sentence on :func:`repeat_consistency`'s table: the converged pairs' median ratio and range,
+    and how many pairs were left out as unconverged (with their range)."""
+    good, bad = noise[noise["both_converged"]], noise[~noise["both_converged"]]
+    parts = []
+    if len(good):
+        parts.append(f"Kernels timed {where}: over the {len(good)} pairs whose timings both converged, median ratio "
+                     f"{good['ratio'].median():.3f}, range {good['ratio'].min():.3f}–{good['ratio'].max():.3f} "
+                     "(1.000 = identical).")
+    else:
+        parts.append(f"Kernels timed {where}: no pair whose timings both converged.")
+    if len(bad):
+        parts.append(f"{len(bad)} pairs with an unconverged timing (the shortest launches) are left out; their ratios "
+                     f"span {bad['ratio'].min():.3f}–{bad['ratio'].max():.3f}.")
+    return " ".join(parts)
 
 
 # ------------------------------------------------------------------ verdicts on the seed's claims

@@ -25,7 +25,7 @@ from .naive import kda_recurrent_fp64
 REL_ERR_BOUND = REL_ERR_TARGET
 #: the implementations timed, in ladder order: (label, impl for prepare_tc or None, steps)
 TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")),
-            ("07+10", "lean", ("07", "10")))
+            ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")))
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O path (07 -> 10 with bf16 q, k, v, g, beta and o; fp32 arithmetic and state)
@@ -37,7 +37,18 @@ RECURRENT = "01 recurrent"
 FLA = "fla chunk_kda"
 
 
-def _bf16_inputs(d: dict):
+def tc_impls(compute_capability: int | None = None) -> tuple:
+    """The :data:`TC_IMPLS` a GPU of this compute capability runs (default: the current device's):
+    those whose every step's registry ``min_cc`` it meets (11 needs thread-block clusters, sm_90)."""
+    if compute_capability is None:
+        import cupy as cp
+
+        compute_capability = int(cp.cuda.Device().compute_capability)
+    need = {k.step: k.min_cc for k in dk.DELTA_KERNELS}
+    return tuple(x for x in TC_IMPLS if all(need[s] <= int(compute_capability) for s in x[2]))
+
+
+def bf16_inputs(d: dict):
     """q, k, v, g, beta as torch bfloat16 CUDA tensors (None without torch or a CUDA device): the
     bf16-I/O path's inputs, the same values fla's bf16 run gets."""
     try:
@@ -74,14 +85,15 @@ def correctness_cases(K_list=(64, 128), T_list=(1, 17, 100, 333), B: int = 2, H:
 def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
     """Every tensor-core implementation at both value-block widths on each case: outputs (and the
     workspace) poisoned with NaN first, errors of o and the final state vs the float64 recurrence
-    (on the GPU), and whether 07 -> 09 reproduced 07 -> 08 bit for bit."""
-    rows = []
+    (on the GPU), and whether 07 -> 09 and 07 -> 10 reproduced 07 -> 08 bit for bit (11 sums the gates
+    in another order: it is held to the error bound only)."""
+    rows, impls = [], tc_impls()
     for i, c in enumerate(cases):
         _, d = device_inputs(c["B"], c["T"], c["H"], c["K"], c["V"], seed=seed + i, gate=c["gate"], init=c["init"])
         ref_o, ref_s = kda_recurrent_fp64(**d, output_final_state=True)
         for bv in dk.SUPPORTED_BV:
             outs = {}
-            for label, impl, _ in TC_IMPLS:
+            for label, impl, _ in impls:
                 plan = dk.prepare_tc(**d, output_final_state=True, bv=bv, check_gate=False, impl=impl)
                 plan.poison()
                 o, s = plan.run()
@@ -96,7 +108,7 @@ def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
                 del plan
             for impl in SAME_AS_08:
                 same = all(np.array_equal(a, b) for a, b in zip(outs[impl], outs["split"]))
-                rows[-len(TC_IMPLS) + [x[1] for x in TC_IMPLS].index(impl)]["matches_07_08"] = same
+                rows[-len(impls) + [x[1] for x in impls].index(impl)]["matches_07_08"] = same
     return pd.DataFrame(rows)
 
 
@@ -113,7 +125,7 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, with_
         rows.append(dict(implementation=name, dtype=dtype, T=T, rel_err_o=rel_error(o, ref_o),
                          rel_err_state=rel_error(s, ref_s) if s is not None else np.nan))
 
-    for label, impl, _ in TC_IMPLS:
+    for label, impl, _ in tc_impls():
         plan = dk.prepare_tc(**d, output_final_state=True, impl=impl)
         plan.poison()
         add(label, "fp32", *plan.run())
@@ -124,7 +136,7 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, with_
     plan = dk.prepare_recurrent(**d, output_final_state=True)
     add(RECURRENT, "fp32", *plan.run())
     del plan
-    tb = _bf16_inputs(d)
+    tb = bf16_inputs(d)
     if tb is not None:
         plan = dk.prepare_tc(**tb, initial_state=d["initial_state"], output_final_state=True, impl=BEST_IMPL)
         plan.poison()
@@ -160,7 +172,7 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
     chunk_kda, _, _ = fla_functions()
     for T in T_list:
         _, d = device_inputs(B, T, H, K, V, seed=seed + T)
-        for label, impl, steps in TC_IMPLS:
+        for label, impl, steps in tc_impls():
             p = dk.prepare_tc(**d, check_gate=False, impl=impl)
             rows.append(_timed(p.run, budget_s, implementation=label, dtype="fp32", T=T, config=f"C=32 BV={p.bv}",
                                stage="all"))
@@ -171,7 +183,7 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
                     rows.append(_timed(lambda p=p, st=st: p.run(stages=(st,)), budget_s, implementation=label,
                                        dtype="fp32", T=T, config=f"C=32 BV={p.bv}", stage=step))
             del p
-        tb = _bf16_inputs(d)
+        tb = bf16_inputs(d)
         if tb is not None:
             p = dk.prepare_tc(**tb, check_gate=False, impl=BEST_IMPL)
             rows.append(_timed(p.run, budget_s, implementation=BF16_IO, dtype="bf16", T=T,

@@ -703,11 +703,24 @@ def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 
 # ----------------------------------------------------------------------------- static build list
 
+def tc_smem_bytes(function: str, args: tuple) -> int:
+    """Dynamic shared memory (bytes) a tensor-core kernel (06-11) is launched with, from its
+    function name and template arguments (K, V or C, ...) as :func:`static_instantiations` lists them."""
+    if function == "kda_chunk_fused":
+        return 4 * fused_smem_words(args[0], args[1], args[3])
+    if function == "kda_chunk_prep":
+        return 4 * prep_smem_words(args[0])
+    for _, fn, _, words in STATE_IMPLS.values():
+        if fn == function:
+            return 4 * words(args[0], args[1], args[3])
+    raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-11)")
+
+
 def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32),
                           tensor_cores: bool = True, forms=("recurrent", "chunked")) -> list[tuple]:
     """(source, function, template args) of every kernel a default run at (K, V) uses, for the
-    registry forms asked for ("recurrent", "chunked": notebook 07; "tc": 06-10, notebook 13;
-    "cluster": 11, not yet in a notebook).
+    registry forms asked for ("recurrent", "chunked": notebook 07; "tc": 06-10 and "cluster": 11,
+    notebook 13).
     With ``tensor_cores=False``, none that needs sm_80+."""
     out = []
     if "recurrent" in forms:
