@@ -77,19 +77,45 @@ def test_09_prep_stores_conflict_as_its_header_predicts():
     assert len(r) == 4 and (abs(r - 1 / 3) < 0.005).all(), r
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "attnlab.banks predicts no shared-memory conflicts for any seed-ladder kernel, but the recorded "
-    "counters (06, N=4096) show 1.45 M / 4.53 M / 13.35 M shared-load conflicts for vec_padded at "
-    "D = 32/64/128 against 12-28 k for vec_load, and 0.3-2.9 M store conflicts for tiled/vec_load "
-    "(none at N = 512): the model lacks what these come from (issue 10, item 10)"))
-def test_ladder_bank_model_explains_the_counters():
+def _ladder_bank_rates() -> pd.DataFrame:
+    """The seed-ladder kernels' recorded bank conflicts (06, N = 512 and 4096) as a fraction of the
+    shared-memory wavefronts the kernels need: per (query row, key) a warp reads its K and V rows
+    as 2·D/32 conflict-free 32-bit loads (one wavefront each), and each block copies the K and V
+    tiles into shared memory once per key tile, 2·D/32 wavefronts per key row whatever the copy
+    width (a float4 warp store is four wavefronts of 128 bytes)."""
+    m = _ladder()
+    m = m[m["kernel"].isin(["tiled", "vec_load", "vec_padded", "double_buffer"])].copy()
+    per_row = 2 * m["D"] / 32
+    m["ld_wavefronts"] = m["B"] * m["H"] * m["N"] * m["N"] * per_row
+    m["st_wavefronts"] = m["B"] * m["H"] * -(-m["N"] // m["tile_rows"]) * m["N"] * per_row
+    m["ld_extra"] = m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] / m["ld_wavefronts"]
+    m["st_extra"] = m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"] / m["st_wavefronts"]
+    return m
+
+
+def test_ladder_bank_model_meets_the_counters():
+    """attnlab.banks finds every seed-ladder access conflict-free (0 extra wavefronts). The counters
+    agree to within 1.5 % of the wavefronts the kernels need, loads and stores, at N = 512 and 4096
+    (the counter also charges arbitration with other shared-memory traffic; the largest share is the
+    tiled kernels' stores at N = 4096, ~1.1 %). The absolute counts (millions) only look large: they
+    grow with N², as the wavefronts do."""
     from attnlab import banks
 
     model = banks.ladder_conflict_table()
     assert (model["extra_wavefronts_pct"] == 0).all()          # the model: conflict-free everywhere
-    m = _ladder()
-    m = m[m["kernel"].isin(["tiled", "vec_load", "vec_padded", "double_buffer"])]
-    ld = m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"]
-    st = m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"]
-    # agreement would mean: no more than a few thousand stray conflicts per launch
-    assert (ld < 1e5).all() and (st < 1e5).all()
+    m = _ladder_bank_rates()
+    assert len(m) == 24 and set(m["N"]) == {512, 4096}
+    assert (m["ld_extra"] < 0.015).all() and (m["st_extra"] < 0.015).all(), \
+        m[["kernel", "D", "N", "ld_extra", "st_extra"]]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "vec_padded's extra shared-load wavefronts are 0.25-0.6 % of its loads, growing with D, at both N "
+    "(06's counters), 100x those of the same reads at stride D (vec_load, double_buffer: < 0.01 %); "
+    "attnlab.banks and the kernel's design (lane t reads column t + 32i of one row) predict none, and "
+    "neither explains this excess (issue 10, item 10)"))
+def test_ladder_bank_model_explains_vec_paddeds_small_load_excess():
+    m = _ladder_bank_rates()
+    padded = m[m["kernel"] == "vec_padded"]["ld_extra"]
+    others = m[m["kernel"].isin(["vec_load", "double_buffer"])]["ld_extra"]
+    assert padded.max() < 10 * others.max()
