@@ -97,6 +97,10 @@ kda_chunk_state_cluster(const float* __restrict__ q, const float* __restrict__ k
     const long long TT = T;
     const long long bh = (long long)b * H + h;
     const int NC = (T + C - 1) / C;
+    // No block may write into another's shared memory before that block has started: one whole
+    // cluster barrier phase first (compute-sanitizer flagged the writes without it).
+    cluster_arrive();
+    cluster_wait();
 
     if (warp >= NWC) {
         // ================================================ producers: copies and P1 (this block's channels)
