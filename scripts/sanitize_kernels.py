@@ -101,7 +101,7 @@ def delta_worker() -> int:
         # make the copy of its 1-byte result look uninitialised).
         o, s = plan.run()
         cp.cuda.Device().synchronize()
-        if plan.io == "bf16":   # the bf16 bits copied out as they are and widened on the host (a torch
+        if getattr(plan, "io", "fp32") == "bf16":   # the bf16 bits copied out as they are and widened on the host (a torch
             # conversion kernel on the device would fall outside --kernel-name: initcheck then blames it)
             o = (plan.o.get().view(np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
