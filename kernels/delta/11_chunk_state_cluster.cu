@@ -21,6 +21,15 @@
 // gate sums are added in groups of two rows (sixteen groups) instead of 10's eight-row groups, so
 // 11 matches 10 to rounding, not bit for bit.
 //
+// Measured (notebook 13's latency and Nsight Compute tables): far slower than 10, so 10 stays the
+// default and this step stays in the ladder as the measured negative result. Its counters show why:
+// MIO-throttle stalls lead and the issue slots sit mostly idle. Every P1 word now leaves the block
+// NB times, as a 4-byte store through a generic address into another SM's shared memory (10 stores
+// it once, locally), and the per-chunk cluster barrier (release / acquire) ties every block's
+// producers and consumers together. Sharing P1 this way costs more than the P1 work it saves;
+// 16-byte st.shared::cluster stores, or a TMA multicast of the raw q, k, g tiles with P1 kept
+// local, are what remain untried.
+//
 // Requires sm_90 (thread-block clusters, distributed shared memory) and V / BV <= 8.
 #include "delta_common.cuh"
 
