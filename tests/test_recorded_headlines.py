@@ -76,9 +76,11 @@ def test_notebook_13_headlines():
     h = _headlines(nb)
     lat, acc, mem, chk = (_table(nb, t) for t in ("latency", "accuracy", "memory", "correctness"))
     v = fast.targets(lat, acc, mem, chk).set_index("key")["value"]
-    for key in ("x_fla_bf16_t16384", "x_fla_bf16_t4096", "x_recurrent_t16384", "worst_rel_rms", "mem_vs_fla_t16384"):
+    for key in ("x_fla_bf16_t16384", "x_fla_bf16_t4096", "x_recurrent_t16384", "x_fla_bf16_t16384_bf16io",
+                "worst_rel_rms", "mem_vs_fla_t16384"):
         assert _close(h[key], v[key]), key
-    assert h["x_fla_bf16_t16384_bf16io"] is None                     # not built: reported as such, not as 0
+    # the bf16-I/O row is timed and its error measured beside fla's on the same inputs
+    assert (lat["implementation"] == fast.BF16_IO).any() and (acc["implementation"] == fast.BF16_IO).any()
     assert h["all_correct"] is bool(chk["passed"].all()) is True
     # what the record shows about issue 13: accuracy and memory met, the speed targets not yet
     assert h["worst_rel_rms"] < 1e-4 and h["mem_vs_fla_t16384"] <= 0.6
