@@ -111,6 +111,17 @@ def test_padded_float4_store_addresses_follow_the_kernel_indexing():
     assert len(k_store.instructions) == 8
 
 
+def test_padded_row_reads_follow_the_kernel_indexing():
+    # 04_vec_padded's score and PV loops: lane t reads k_tile[j * (D + 4) + t + 32 i]
+    D = 64
+    pats = {p.access: p for p in banks.ladder_access_patterns("vec_padded", D, tile_rows=8, tile_kv=16)}
+    k_base = 4 * 8 * (D + 4)
+    reads = pats["K row read (score loop, all warps)"].instructions
+    assert reads[0] == tuple(k_base + 4 * lane for lane in range(32))             # row 0, columns 0..31
+    assert reads[1][0] == k_base + 4 * 32                                          # row 0, columns 32..63
+    assert reads[2] == tuple(k_base + 4 * ((D + 4) + lane) for lane in range(32))  # row 1 starts D + 4 on
+
+
 def test_scalar_copy_instruction_count():
     pats = {p.access: p for p in banks.ladder_access_patterns("tiled", 64, tile_rows=8, tile_kv=16)}
     # 16 rows x 64 floats = 1024 floats over 256 threads = 4 iterations x 8 warps
