@@ -605,3 +605,23 @@ def test_cuda_kernels_under_sanitizers(emu_build_dir, tmp_path):
     for o, s in (("rec_o", "rec_ht"), ("o", "ht"), ("tc_o", "tc_ht")):
         assert rel(read(o, (B, T, H, V)), ref_o) < 2e-6, o
         assert rel(read(s, (B, H, K, V)), ref_s) < 2e-6, s
+
+
+def test_tc_impls_follow_the_registry_minimum_compute_capability():
+    from attnlab.delta import fast
+
+    assert fast.tc_impls(90) == fast.TC_IMPLS
+    on_a100 = fast.tc_impls(80)
+    assert "cluster" not in {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - 1
+    assert fast.tc_impls(75) == ()
+
+
+def test_tc_smem_bytes_is_the_launchers_shared_memory_for_every_static_build():
+    rows = dk.static_instantiations(128, 128, forms=("tc", "cluster"))
+    assert {fn for _, fn, _ in rows} >= {"kda_chunk_fused", "kda_chunk_prep", "kda_chunk_state_lean",
+                                         "kda_chunk_state_cluster"}
+    for _, fn, args in rows:
+        assert 0 < dk.tc_smem_bytes(fn, args) <= 227 * 1024, fn
+    assert dk.tc_smem_bytes("kda_chunk_state_lean", (128, 128, 32, 32, False)) == 4 * dk.lean_smem_words(128, 128, 32)
+    with pytest.raises(ValueError, match="not a tensor-core delta kernel"):
+        dk.tc_smem_bytes("kda_chunk_state", (128, 128, 32, 32))
