@@ -1,4 +1,4 @@
-"""The tensor-core flash-attention ladder (kernels/attention/10[a-e]_*.cu, bf16/fp16 in and out) on
+"""The tensor-core flash-attention ladder (kernels/attention/10[a-f]_*.cu, bf16/fp16 in and out) on
 the CPU execution model (tests/ladder_emu/harness_10.cpp + ladder_emu.h), plus static builds.
 
 1. A layout self-test of the emulator: one warp, ldmatrix (x4, x2, x2.trans, x4.trans) and
@@ -9,7 +9,9 @@ the CPU execution model (tests/ladder_emu/harness_10.cpp + ladder_emu.h), plus s
    and causal (float64 causal reference below), on odd shapes: N = 1, N not a multiple of any
    tile, B*H = 3, large logits (scores of several hundred), row maxima that keep growing from tile
    to tile, a NaN in one query row (that row NaN, the others right). 10a-10c do the same arithmetic in the same order, so their outputs must be
-   bit-identical; 10d must agree closely. 10e (32 query rows a warp: configurations with
+   bit-identical; 10d must agree closely, and 10f (10d with S computed k-step-major; each
+   accumulator still sums its k-steps in the same order) must equal 10d bit for bit, whatever its
+   S group SG and Q-fragment choice QREG (both varied over the configurations). 10e (32 query rows a warp: configurations with
    BM = 32 * WARPS) runs next to 10a with BM / 16 warps and must agree with it as closely as 10d.
 3. Static build for sm_90 of every shipped instantiation: no spills, <= 255 registers, the
    mma/ldmatrix/cp.async instructions in the PTX, and 10d's / 10e's register targets (blocks/SM).
@@ -31,7 +33,7 @@ GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU execution model")
 
 EMU_DIR = REPO_ROOT / "tests" / "ladder_emu"
-KERNELS = ("mma_baseline", "ldmatrix_swizzle", "cp_async", "tuned")   # BM = 16 * WARPS
+KERNELS = ("mma_baseline", "ldmatrix_swizzle", "cp_async", "tuned", "kstep_major")   # BM = 16 * WARPS
 KERNELS_10E = ("mma_baseline", "two_row_tiles")                         # BM = 32 * WARPS
 
 # (D, BM, BN, WARPS, BF16, CAUSAL, STAGES) -> [(B, H, N, inputs)], inputs in {"normal", "large",
@@ -75,6 +77,14 @@ CASES = [(cfg, shape) for cfg, shapes in CONFIGS.items() for shape in shapes]
 def _kc(cfg: tuple) -> int:
     """10e's S chunk (keys): the optional 8th element of a configuration, 32 by default."""
     return cfg[7] if len(cfg) > 7 else 32
+
+
+def _kstep(cfg: tuple) -> tuple[int, int]:
+    """10f's (SG, QREG) for a configuration: varied over the configurations so that every S group
+    size a BN allows and both Q-fragment choices are exercised (the order is CONFIGS')."""
+    idx = list(CONFIGS).index(cfg)
+    groups = [g for g in (1, 2, 4, 8) if (cfg[2] // 16) % g == 0]
+    return groups[-1 - idx % len(groups)], (idx // len(groups)) % 2
 
 
 def _id(case):
@@ -123,6 +133,7 @@ def build(tmp_path_factory):
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "ladder_emu.h"),
                    f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_BM={bm}", f"-DEMU_BN={bn}", f"-DEMU_WARPS={w}",
                    f"-DEMU_BF16={int(bf16)}", f"-DEMU_CAUSAL={int(causal)}", f"-DEMU_STAGES={st}", f"-DEMU_KC={_kc(cfg)}",
+                   f"-DEMU_SG={_kstep(cfg)[0]}", f"-DEMU_QREG={_kstep(cfg)[1]}",
                    str(EMU_DIR / "harness_10.cpp"), "-o", str(exe)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
@@ -186,6 +197,9 @@ def test_flash_ladder_on_cpu_model(case, build, tmp_path):
         for name in ("ldmatrix_swizzle", "cp_async"):
             diff = float(np.abs(outs[name][valid] - base).max())
             assert diff == 0.0, f"{name} differs from mma_baseline by up to {diff:.2e}"
+        # 10f: 10d's arithmetic in another instruction order (NaN rows compared as NaN)
+        same = np.array_equal(outs["kstep_major"], outs["tuned"], equal_nan=True)
+        assert same, f"kstep_major (SG, QREG = {_kstep(cfg)}) is not bit-identical to tuned"
     # 10d and 10e subtract a different (stale) max, so their P rounds differently: allow two units
     # of roundoff of the output type (the outputs themselves are rounded to it).
     tol = 2.0 ** -8 if bf16 else 2.0 ** -10
@@ -208,12 +222,16 @@ TUNED_TILES = [(64, 128, 64, 8, 3), (128, 128, 64, 8, 3), (32, 128, 64, 8, 3),
 TWO_ROW_TILES = [(128, 128, 64, 4, 2, 64), (64, 128, 64, 4, 3, 32), (32, 128, 64, 4, 3, 32),
                  (128, 128, 64, 4, 2, 32), (128, 256, 64, 8, 2, 64), (128, 128, 32, 4, 3, 32),
                  (64, 128, 64, 4, 3, 64)]
+# 10f (D, BM, BN, WARPS, STAGES, SG, QREG): defaults per D first, then the scan's alternatives.
+KSTEP_TILES = [(64, 64, 64, 4, 3, 4, 1), (128, 128, 128, 8, 2, 8, 1), (32, 128, 64, 8, 3, 4, 1),
+               (128, 128, 128, 8, 2, 8, 0), (128, 64, 64, 4, 3, 4, 0), (64, 64, 64, 4, 3, 2, 0)]
 STEPS = {
     "10a_mma_baseline.cu": ("attn_mma_baseline", ()),
     "10b_ldmatrix_swizzle.cu": ("attn_ldmatrix_swizzle", ("ldmatrix",)),
     "10c_cp_async.cu": ("attn_cp_async", ("ldmatrix", "cp.async")),
     "10d_tuned.cu": ("attn_tuned", ("ldmatrix", "cp.async")),
     "10e_two_row_tiles.cu": ("attn_two_row_tiles", ("ldmatrix", "cp.async")),
+    "10f_kstep_major.cu": ("attn_kstep_major", ("ldmatrix", "cp.async")),
 }
 
 
@@ -223,6 +241,8 @@ def _instantiations(source: str):
         for causal in (False, True):
             if source.startswith("10e"):
                 out.extend((d, bm, bn, w, bf16, causal, st, kc) for d, bm, bn, w, st, kc in TWO_ROW_TILES)
+            elif source.startswith("10f"):
+                out.extend((d, bm, bn, w, bf16, causal, st, sg, qr) for d, bm, bn, w, st, sg, qr in KSTEP_TILES)
             elif source.startswith("10d"):
                 out.extend((d, bm, bn, w, bf16, causal, st) for d, bm, bn, w, st in TUNED_TILES)
             elif source.startswith("10c"):
@@ -247,7 +267,7 @@ def test_static_build_sm90(source):
         assert (MMA_BF16 if bf16 else MMA_F16) in rep.ptx, f"{name}: no m16n8k16 mma in the PTX"
         for needle in needles:
             assert needle in rep.ptx, f"{name}: no {needle} in the PTX"
-        if source.startswith("10d"):
+        if source.startswith(("10d", "10f")):
             D, bm, bn, w = rep.template_args[:4]
             blocks = 2 if (D <= 64 or w == 4) else 1  # the blocks/SM 10d's __launch_bounds__ asks for
             assert rep.registers * 32 * w * blocks <= 65536, f"{name}: {rep.registers} registers, < {blocks} blocks/SM"
@@ -267,7 +287,7 @@ def test_nvrtc_build(source, monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(st, "nvcc_path", lambda: None)
     function, needles = STEPS[source]
-    tiles = (128, 64, 4) if source.startswith("10e") else (128, 64, 8)
+    tiles = (128, 64, 4) if source.startswith("10e") else (128, 128, 8) if source.startswith("10f") else (128, 64, 8)
     insts = [i for i in _instantiations(source) if i[0] in (64, 128) and i[1:4] == tiles][:4]
     for rep in st.static_build(f"attention/{source}", function, insts, arch="sm_90"):
         assert rep.registers > 0 and not rep.spills, f"{rep.name}: {rep.registers} registers, spills"
