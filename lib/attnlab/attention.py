@@ -212,21 +212,18 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
                                  f"BM must be 32·WARPS with WARPS even, (BN/8)·(D/32) a multiple of WARPS and BN "
                                  f"a multiple of KC (got D={d}, {dict(p)})")),
     AttentionKernel(
-        "kstep_major", "10f", "attention/10f_kstep_major.cu", "attn_kstep_major", predecessor="fa2_tuned",
-        summary="S = QKᵀ k-step-major in groups of SG n-tile pairs (independent MMAs in flight); Q's "
-                "fragments held (QREG=1) or re-read per k-step",
+        "fixed_offsets", "10f", "attention/10f_fixed_offsets.cu", "attn_fixed_offsets", predecessor="fa2_tuned",
+        summary="every ldmatrix at a per-lane base register plus an immediate: no address arithmetic per "
+                "fragment load",
         precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
-        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "SG", "QREG"),
+        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES"),
         params=(Param("BM", (32, 64, 128)), Param("BN", (16, 32, 64, 128)), Param("WARPS", (2, 4, 8)),
-                Param("STAGES", (2, 3)), Param("SG", (1, 2, 4, 8)), Param("QREG", (0, 1))),
-        defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, SG=4, QREG=1),
-                  64: dict(BM=64, BN=64, WARPS=4, STAGES=3, SG=4, QREG=1),
-                  128: dict(BM=128, BN=128, WARPS=8, STAGES=2, SG=8, QREG=1)},
+                Param("STAGES", (2, 3))),
+        defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3), 64: dict(BM=64, BN=64, WARPS=4, STAGES=3),
+                  128: dict(BM=128, BN=128, WARPS=8, STAGES=2)},
         threads=lambda p: 32 * p["WARPS"],
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]),
-        constraint=lambda d, p: _fa2_constraint(True)(d, p) or (
-            None if (p["BN"] // 16) % p["SG"] == 0 else
-            f"SG (n-tile pairs per S group) must divide BN/16 (got BN={p['BN']}, SG={p['SG']})")),
+        constraint=_fa2_constraint(True)),
 )
 
 #: The Hopper step (notebook 11, sm_90a): warpgroup MMAs on TMA-loaded shared memory.

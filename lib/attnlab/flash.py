@@ -225,11 +225,9 @@ TILE_CANDIDATES = {
                   dict(BM=64, BN=128, WARPS=4, STAGES=2)],
     "two_row_tiles": [dict(BM=128, BN=64, WARPS=4, STAGES=3, KC=32), dict(BM=128, BN=64, WARPS=4, STAGES=2, KC=64),
                       dict(BM=256, BN=64, WARPS=8, STAGES=2, KC=64), dict(BM=128, BN=32, WARPS=4, STAGES=3, KC=32)],
-    # 10d's two best tiles per D, each with the S group and the Q-fragment choice varied
-    "kstep_major": [dict(BM=128, BN=128, WARPS=8, STAGES=2, SG=8, QREG=1), dict(BM=128, BN=128, WARPS=8, STAGES=2, SG=8, QREG=0),
-                    dict(BM=128, BN=128, WARPS=8, STAGES=2, SG=2, QREG=1), dict(BM=128, BN=128, WARPS=8, STAGES=2, SG=4, QREG=0),
-                    dict(BM=64, BN=64, WARPS=4, STAGES=3, SG=4, QREG=1), dict(BM=64, BN=64, WARPS=4, STAGES=3, SG=4, QREG=0),
-                    dict(BM=64, BN=64, WARPS=4, STAGES=3, SG=2, QREG=1), dict(BM=64, BN=128, WARPS=4, STAGES=2, SG=8, QREG=0)],
+    "fixed_offsets": [dict(BM=64, BN=64, WARPS=4, STAGES=3), dict(BM=64, BN=64, WARPS=4, STAGES=2),
+                      dict(BM=128, BN=64, WARPS=8, STAGES=3), dict(BM=128, BN=128, WARPS=8, STAGES=2),
+                      dict(BM=64, BN=128, WARPS=4, STAGES=2)],
 }
 
 

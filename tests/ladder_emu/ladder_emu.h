@@ -352,6 +352,17 @@ inline thread_local unsigned g_cluster_rank = 0;
 inline thread_local float* g_block_smem = nullptr;       // this block's dynamic shared memory
 // The dynamic shared memory of the calling block: its own array in a cluster launch, else `smem`.
 inline float* emu_dynamic_smem() { return g_block_smem ? g_block_smem : smem; }
+// Shared-space addresses (kernels/mma.cuh: smem_u32, ldmatrix_x4_at): byte offsets into the calling
+// block's dynamic shared memory.
+inline unsigned smem_u32(const void* p) {
+    return (unsigned)(static_cast<const char*>(p) - reinterpret_cast<const char*>(emu_dynamic_smem()));
+}
+inline void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr, unsigned off) {
+    emu_ldmatrix<4, false>(r, reinterpret_cast<const char*>(emu_dynamic_smem()) + addr + off);
+}
+inline void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr, unsigned off) {
+    emu_ldmatrix<4, true>(r, reinterpret_cast<const char*>(emu_dynamic_smem()) + addr + off);
+}
 inline unsigned cluster_ctarank() { return g_cluster ? g_cluster_rank : 0u; }
 inline unsigned cluster_nctarank() { return g_cluster ? (unsigned)g_cluster->smem.size() : 1u; }
 inline void cluster_sync() {

@@ -1,43 +1,45 @@
-// 10f — flash attention on tensor cores: S = Q K^T computed k-step-major, so that many independent
-// MMAs are in flight per warp (instruction-level parallelism where 10d had two dependent chains).
+// 10f — flash attention on tensor cores: every fragment load at a per-lane base register plus a
+// compile-time immediate, so the loads need no address arithmetic.
 //
 //   O[b,h,i,:] = sum_j softmax_j(scale * Q[b,h,i,:] . K[b,h,j,:]) * V[b,h,j,:]   (j <= i if CAUSAL)
 //
 // What changed from 10d_tuned (everything else is 10d's: tiles, cp.async ring with one barrier per
-// tile, speculative softmax, causal skipping, staged output; the arithmetic is the same, in the
-// same order per accumulator, so the output is bit-identical to 10d's):
-//  1. 10d computes S n-tile pair by n-tile pair (np outer, k-step inner): each ldmatrix.x4 of K
-//     feeds two MMAs whose accumulators are the two of the pair, so a warp has exactly two
-//     dependent chains of D/16 MMAs in flight. At D = 128 that is 8-deep chains, and with two warps
-//     per SM sub-partition (1 block of 8 warps, or 2 of 4) four independent MMAs per sub-partition
-//     is less than the tensor pipe's latency x throughput: the H200's measured mma.sync roof is
-//     one m16n8k16 per ~6.6 clocks per sub-partition, and a dependent MMA waits for its
-//     predecessor's result. Notebook 10's counters for 10d at D = 128 show it: 'wait' (fixed-
-//     latency dependency) and 'short_scoreboard' (ldmatrix results) share the top stall reasons,
-//     issue slots are 35 % busy and the tensor pipe 52 %, where SDPA's flash kernel (FA2: a CUTLASS
-//     gemm that runs k-step-major over all its accumulators) has 56 %.
-//     10f computes S in groups of SG n-tile pairs: for each group, k-step outer, and inside a
-//     k-step the group's SG ldmatrix.x4 and 2*SG MMAs, each MMA on its own accumulator. SG = 1 is
-//     10d's order; SG = BN/16 is fully k-step-major (2*BN/16 = NT independent accumulators, FA2's
-//     order). A larger SG means more MMAs in flight and more K fragments live at once (4 registers
-//     per pair, if ptxas loads a k-step's fragments ahead), but the exponentials of a group can only
-//     start when its last k-step is done (10d overlapped a pair's exponentials with the next pair's
-//     MMAs inside one warp); the other warps of the sub-partition provide that overlap instead.
-//  2. QREG = 0 re-reads Q's A fragment by ldmatrix at each k-step of each group instead of holding
-//     all D/16 of them in registers for the whole kernel (32 registers at D = 128): those registers
-//     go to fragments in flight. The cost is one ldmatrix.x4 per k-step and group, i.e. 1/SG more
-//     shared-memory reads for S (FA2 re-reads Q the same way). QREG = 1 keeps 10d's Q fragments.
-// Both are template parameters, chosen per D by notebook 10's tile scan (the registry's defaults).
+// tile, speculative softmax, causal skipping, staged output; the same MMAs on the same fragments
+// in the same order, so the output is bit-identical to 10d's):
+//  1. Why. Nsight Compute's per-instruction view of 10d at D = 128 on the H200
+//     (scripts/ncu_source.py) shows that the compiler the lab loads kernels with (NVRTC) computes
+//     every ldmatrix address anew: per LDSM one LOP3 (the XOR swizzle, (row | chunk) ^ key) and one
+//     LEA (element index to byte address, plus the stage base). Per tile and warp that is as many
+//     of those instructions as there are HMMAs (LOP3 + LEA 35 M executed against 34 M HMMA and
+//     17 M LDSM), about a third of all instructions, each a dependent step in front of its load.
+//     10d meant these addresses to be per-lane constants plus immediates ("(c + 2k) ^ x =
+//     (c ^ x) ^ 2k"), but an XOR with a constant is not an offset, so the compiler cannot fold it
+//     into the load, and with 248 registers live it does not keep the 2 x D/16 XOR results either.
+//  2. The fix is arithmetic: the swizzle key of a lane's row is < 8 (3 bits) and a k-step
+//     advances the chunk by 2, so chunk (c ^ key) ^ 2k = ((c ^ key) ^ 2x) + 8h for k = x + 4h,
+//     x < 4 (bit 3 and up of 2k never meet the key's bits: XOR is addition there). So a lane needs
+//     only NX = min(D/16, 4) base addresses per operand (x = 0..NX-1), kept in registers (8 at
+//     D >= 64, one add per tile for the stage), and every load of K (B fragments, k-step ks, n-tile
+//     pair np) and of V (.trans, k-step kk, d-tile pair dp) is base[x] + an immediate: rows
+//     (np*16 or kk*16) * D * 2 bytes, 32 * NX * h bytes for the chunk, and BN*D*2 for V behind K.
+//  3. The loads go through ldmatrix_x4_at(r, base, off) / ldmatrix_x4_trans_at (kernels/mma.cuh)
+//     with off a constant once the loops are unrolled, and ptxas folds it into the instruction's
+//     immediate. Checked in the SASS of NVRTC 13.0, the compiler the lab's loader used on the H200
+//     (torch's): 10d's main loop (D = 128, BN = 128) has 196 LOP3 + 202 LEA around its 200 LDSM,
+//     all loads [R]; 10f's has 14 + 20 and its loads are [R+UR+imm] (the stage offset is a
+//     uniform register). The loop shrinks from 2263 to 1820 instructions, 384 of them HMMA.
+//     Expected effect: a fifth fewer instructions in the main loop and no LOP3/LEA between
+//     a load's base and the load; whether it shows in the time depends on whether issue or the
+//     loads' latency (short_scoreboard) was what held the warps (notebook 10 measures it).
 //
 // Masking, NaN rows, tails, the speculative-softmax bound and the layout are 10d's (see its header).
 //
 // Template: D in {32, 64, 128}; BM = 16 * WARPS query rows per block, 32*WARPS a multiple of D;
 // BN keys per tile, a multiple of 16 and of 256*WARPS/D; BF16 = true -> bf16, false -> fp16
-// (inputs and output, passed as the bit patterns in unsigned short); CAUSAL; STAGES in {2, 3};
-// SG n-tile pairs per S group, a divisor of BN/16; QREG in {0, 1}.
+// (inputs and output, passed as the bit patterns in unsigned short); CAUSAL; STAGES in {2, 3}.
 // Layout: q, k, v, o contiguous [B, H, N, D] 16-bit, 16-byte aligned (cp.async of 16 bytes).
 // Launch: grid = (ceil(n / BM), B*H), blockIdx.y = b*H + h; block = 32*WARPS threads;
-//         dynamic shared memory = (BM + 2*STAGES*BN) * D * 2 bytes (attn_kstep_major_smem_bytes),
+//         dynamic shared memory = (BM + 2*STAGES*BN) * D * 2 bytes (attn_fixed_offsets_smem_bytes),
 //         which needs cudaFuncAttributeMaxDynamicSharedMemorySize above 48 KB.
 // Barriers: as 10d (one after the prologue, one per tile; __syncwarp in the epilogue).
 #include "mma.cuh"
@@ -102,17 +104,15 @@ struct TileCopy {
 
 }  // namespace attn10f
 
-template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int SG, int QREG>
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, attn10f::min_blocks(D, WARPS * 32))
-attn_kstep_major(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+attn_fixed_offsets(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
            const unsigned short* __restrict__ v, unsigned short* __restrict__ o, int n, float scale) {
     using namespace attn10f;
     static_assert(D == 32 || D == 64 || D == 128, "head dim 32, 64 or 128");
     static_assert(BM == 16 * WARPS, "each warp owns 16 query rows");
     static_assert(BN % 16 == 0 && BN >= 16, "a K/V tile is a whole number of k16 steps");
     static_assert(STAGES == 2 || STAGES == 3, "2 or 3 K/V stages");
-    static_assert(SG >= 1 && (BN / 16) % SG == 0, "SG n-tile pairs per S group: a divisor of BN/16");
-    static_assert(QREG == 0 || QREG == 1, "QREG: 1 keeps Q's fragments in registers, 0 re-reads them");
     constexpr int THREADS = 32 * WARPS;
     constexpr int DK = D / 16;   // k16 steps of S = Q K^T
     constexpr int NT = BN / 8;   // n8 tiles of S (keys)
@@ -173,14 +173,22 @@ attn_kstep_major(const unsigned short* __restrict__ q, const unsigned short* __r
     const int key = swz_key<D>(lr);
     const int a_row = lr + 8 * (li & 1), a_c = (li >> 1) ^ key;  // Q (A) and V (.trans B)
     const int k_row = lr + 8 * (li >> 1), k_c = (li & 1) ^ key;  // K (B, two n-tiles)
-
-    // Q's A fragments: held for the whole kernel (QREG = 1, 10d), or re-read at each k-step of S.
-    const unsigned short* sQa = sQ + (warp * 16 + a_row) * D;
-    unsigned qf[QREG ? DK : 1][4];
-    if constexpr (QREG) {
+    // This lane's K and V^T row addresses in stage 0 (shared-space bytes), one per XOR pattern x:
+    // chunk (c ^ key) ^ 2k = ((c ^ key) ^ 2x) + 2*NX*h for k = x + NX*h (see the header).
+    constexpr int NX = DK < 4 ? DK : 4;
+    unsigned kb0[NX], vb0[NX];
+    {
+        const unsigned kv_base = smem_u32(sKV);
 #pragma unroll
-        for (int ks = 0; ks < DK; ++ks) ldmatrix_x4(qf[ks], sQa + ((a_c ^ (2 * ks)) << 3));
+        for (int x = 0; x < NX; ++x) {
+            kb0[x] = kv_base + 2u * (unsigned)(k_row * D + ((k_c ^ (2 * x)) << 3));
+            vb0[x] = kv_base + 2u * (unsigned)(a_row * D + ((a_c ^ (2 * x)) << 3));
+        }
     }
+
+    unsigned qf[DK][4];
+#pragma unroll
+    for (int ks = 0; ks < DK; ++ks) ldmatrix_x4(qf[ks], sQ + (warp * 16 + a_row) * D + ((a_c ^ (2 * ks)) << 3));
 
     const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units: one FFMA per score
     float mu[2] = {ATTNLAB_NEG_INF, ATTNLAB_NEG_INF};  // subtracted max (log2 units), -inf: none yet
@@ -198,36 +206,32 @@ attn_kstep_major(const unsigned short* __restrict__ q, const unsigned short* __r
 
         // CAUSAL: a tile entirely above this warp's last row contributes nothing to it.
         if (!CAUSAL || kv0 <= wrow0 + 15) {
-            const unsigned short* sK = sKV + (j % STAGES) * STAGE;
-            const unsigned short* sV = sK + BN * D;
+            // This tile's stage: the per-lane bases plus the stage's offset (NX adds each).
+            const unsigned st_bytes = 2u * (unsigned)((j % STAGES) * STAGE);
+            unsigned kb[NX], vb[NX];
+#pragma unroll
+            for (int x = 0; x < NX; ++x) {
+                kb[x] = kb0[x] + st_bytes;
+                vb[x] = vb0[x] + st_bytes;
+            }
 
             float s[NT][4];    // S = Q K^T of this tile (fp32 accumulators)
             unsigned pf[KT][4];  // P packed to 16-bit pairs: P V's A fragments
             float rs[2];         // this thread's partial row sums of P for this tile
-            // S = Q K^T, k-step-major in groups of SG n-tile pairs: for each k-step, the group's
-            // ldmatrix.x4 (B fragments of n-tiles 2np, 2np+1) and 2*SG MMAs on 2*SG different
-            // accumulators. Each accumulator still sums its k-steps in order 0..DK-1 (as in 10d).
+            // S = Q K^T: one ldmatrix.x4 gives the B fragments of n-tiles 2np, 2np+1 for k-step
+            // ks, at kb[ks % NX] + (rows np*16, chunk group ks / NX) as an immediate.
             auto qk = [&]() {
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
-                for (int np0 = 0; np0 < NT / 2; np0 += SG) {
+                for (int np = 0; np < NT / 2; ++np) {
 #pragma unroll
                     for (int ks = 0; ks < DK; ++ks) {
-                        unsigned qa[4];
-                        if constexpr (QREG) {
-                            qa[0] = qf[ks][0]; qa[1] = qf[ks][1]; qa[2] = qf[ks][2]; qa[3] = qf[ks][3];
-                        } else {
-                            ldmatrix_x4(qa, sQa + ((a_c ^ (2 * ks)) << 3));
-                        }
-#pragma unroll
-                        for (int np = np0; np < np0 + SG; ++np) {
-                            unsigned r[4];
-                            ldmatrix_x4(r, sK + (np * 16 + k_row) * D + ((k_c ^ (2 * ks)) << 3));
-                            const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-                            mma16816<BF16>(s[2 * np], qa, b0);
-                            mma16816<BF16>(s[2 * np + 1], qa, b1);
-                        }
+                        unsigned r[4];
+                        ldmatrix_x4_at(r, kb[ks % NX], 2 * (np * 16 * D) + 32 * NX * (ks / NX));
+                        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                        mma16816<BF16>(s[2 * np], qf[ks], b0);
+                        mma16816<BF16>(s[2 * np + 1], qf[ks], b1);
                     }
                 }
             };
@@ -297,14 +301,13 @@ attn_kstep_major(const unsigned short* __restrict__ q, const unsigned short* __r
             l_run[1] += rs[1];
 
             // O += P V: one ldmatrix.x4.trans gives V's B fragments of d-tiles 2dp, 2dp+1 for
-            // k-step kk. kk outer: consecutive MMAs update different accumulators (no dependent
-            // chains), and the first k-steps can start while later exponentials are in flight.
+            // k-step kk, at vb[dp % NX] + (V behind K, rows kk*16, chunk group dp / NX).
 #pragma unroll
             for (int kk = 0; kk < KT; ++kk) {
 #pragma unroll
                 for (int dp = 0; dp < DT / 2; ++dp) {
                     unsigned r[4];
-                    ldmatrix_x4_trans(r, sV + (kk * 16 + a_row) * D + ((a_c ^ (2 * dp)) << 3));
+                    ldmatrix_x4_trans_at(r, vb[dp % NX], 2 * (BN * D + kk * 16 * D) + 32 * NX * (dp / NX));
                     const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
                     mma16816<BF16>(acc[2 * dp], pf[kk], b0);
                     mma16816<BF16>(acc[2 * dp + 1], pf[kk], b1);
@@ -344,9 +347,9 @@ attn_kstep_major(const unsigned short* __restrict__ q, const unsigned short* __r
     }
 }
 
-// Dynamic shared memory in bytes for attn_kstep_major<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, SG, QREG>.
-constexpr __host__ __device__ unsigned long long attn_kstep_major_smem_bytes(int D, int BM, int BN, int STAGES) {
+// Dynamic shared memory in bytes for attn_fixed_offsets<D, BM, BN, WARPS, BF16, CAUSAL, STAGES>.
+constexpr __host__ __device__ unsigned long long attn_fixed_offsets_smem_bytes(int D, int BM, int BN, int STAGES) {
     return (unsigned long long)(BM + 2 * STAGES * BN) * D * 2;
 }
 
-// Tiles, SG and QREG per head dim: see the registry (lib/attnlab/attention.py).
+// Tiles per head dim: see the registry (lib/attnlab/attention.py).
