@@ -10,7 +10,8 @@ the CPU execution model (tests/ladder_emu/harness_10.cpp + ladder_emu.h), plus s
    tile, B*H = 3, large logits (scores of several hundred), row maxima that keep growing from tile
    to tile, a NaN in one query row (that row NaN, the others right). 10a-10c do the same arithmetic in the same order, so their outputs must be
    bit-identical; 10d must agree closely, and 10f (10d with every fragment load at a per-lane
-   base plus an immediate) must equal 10d bit for bit. 10e (32 query rows a warp: configurations with
+   base plus an immediate) and 10g (10f with Q's fragments held or re-read, QREG alternating over
+   the configurations) must equal 10d bit for bit. 10e (32 query rows a warp: configurations with
    BM = 32 * WARPS) runs next to 10a with BM / 16 warps and must agree with it as closely as 10d.
 3. Static build for sm_90 of every shipped instantiation: no spills, <= 255 registers, the
    mma/ldmatrix/cp.async instructions in the PTX, and 10d's / 10e's register targets (blocks/SM).
@@ -32,7 +33,7 @@ GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU execution model")
 
 EMU_DIR = REPO_ROOT / "tests" / "ladder_emu"
-KERNELS = ("mma_baseline", "ldmatrix_swizzle", "cp_async", "tuned", "fixed_offsets")   # BM = 16 * WARPS
+KERNELS = ("mma_baseline", "ldmatrix_swizzle", "cp_async", "tuned", "fixed_offsets", "occupancy")   # BM = 16 * WARPS
 KERNELS_10E = ("mma_baseline", "two_row_tiles")                         # BM = 32 * WARPS
 
 # (D, BM, BN, WARPS, BF16, CAUSAL, STAGES) -> [(B, H, N, inputs)], inputs in {"normal", "large",
@@ -76,6 +77,11 @@ CASES = [(cfg, shape) for cfg, shapes in CONFIGS.items() for shape in shapes]
 def _kc(cfg: tuple) -> int:
     """10e's S chunk (keys): the optional 8th element of a configuration, 32 by default."""
     return cfg[7] if len(cfg) > 7 else 32
+
+
+def _qreg(cfg: tuple) -> int:
+    """10g's QREG for a configuration: alternating over CONFIGS, so both Q-fragment choices run."""
+    return list(CONFIGS).index(cfg) % 2
 
 
 def _id(case):
@@ -124,6 +130,7 @@ def build(tmp_path_factory):
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "ladder_emu.h"),
                    f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_BM={bm}", f"-DEMU_BN={bn}", f"-DEMU_WARPS={w}",
                    f"-DEMU_BF16={int(bf16)}", f"-DEMU_CAUSAL={int(causal)}", f"-DEMU_STAGES={st}", f"-DEMU_KC={_kc(cfg)}",
+                   f"-DEMU_QREG={_qreg(cfg)}",
                    str(EMU_DIR / "harness_10.cpp"), "-o", str(exe)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
@@ -188,8 +195,9 @@ def test_flash_ladder_on_cpu_model(case, build, tmp_path):
             diff = float(np.abs(outs[name][valid] - base).max())
             assert diff == 0.0, f"{name} differs from mma_baseline by up to {diff:.2e}"
         # 10f: 10d's loads at other addresses of the same data (NaN rows compared as NaN)
-        same = np.array_equal(outs["fixed_offsets"], outs["tuned"], equal_nan=True)
-        assert same, "fixed_offsets is not bit-identical to tuned"
+        for name in ("fixed_offsets", "occupancy"):
+            same = np.array_equal(outs[name], outs["tuned"], equal_nan=True)
+            assert same, f"{name} (QREG={_qreg(cfg)} for occupancy) is not bit-identical to tuned"
     # 10d and 10e subtract a different (stale) max, so their P rounds differently: allow two units
     # of roundoff of the output type (the outputs themselves are rounded to it).
     tol = 2.0 ** -8 if bf16 else 2.0 ** -10
@@ -215,6 +223,9 @@ TWO_ROW_TILES = [(128, 128, 64, 4, 2, 64), (64, 128, 64, 4, 3, 32), (32, 128, 64
 # 10f (D, BM, BN, WARPS, STAGES): defaults per D first, then the scan's alternatives.
 FIXED_TILES = [(64, 64, 64, 4, 3), (128, 128, 128, 8, 2), (32, 128, 64, 8, 3), (128, 64, 64, 4, 3),
                (64, 128, 64, 8, 3)]
+# 10g (D, BM, BN, WARPS, STAGES, MINB, QREG): defaults per D first, then the scan's alternatives.
+OCC_TILES = [(64, 64, 64, 4, 2, 0, 1), (128, 64, 48, 4, 2, 3, 1), (32, 128, 64, 8, 3, 0, 1),
+             (128, 64, 32, 4, 3, 3, 1), (128, 64, 32, 4, 2, 4, 0), (128, 64, 48, 4, 2, 3, 0)]
 STEPS = {
     "10a_mma_baseline.cu": ("attn_mma_baseline", ()),
     "10b_ldmatrix_swizzle.cu": ("attn_ldmatrix_swizzle", ("ldmatrix",)),
@@ -222,6 +233,7 @@ STEPS = {
     "10d_tuned.cu": ("attn_tuned", ("ldmatrix", "cp.async")),
     "10e_two_row_tiles.cu": ("attn_two_row_tiles", ("ldmatrix", "cp.async")),
     "10f_fixed_offsets.cu": ("attn_fixed_offsets", ("ldmatrix", "cp.async")),
+    "10g_occupancy.cu": ("attn_occupancy", ("ldmatrix", "cp.async")),
 }
 
 
@@ -231,6 +243,8 @@ def _instantiations(source: str):
         for causal in (False, True):
             if source.startswith("10e"):
                 out.extend((d, bm, bn, w, bf16, causal, st, kc) for d, bm, bn, w, st, kc in TWO_ROW_TILES)
+            elif source.startswith("10g"):
+                out.extend((d, bm, bn, w, bf16, causal, st, mb, qr) for d, bm, bn, w, st, mb, qr in OCC_TILES)
             elif source.startswith("10f"):
                 out.extend((d, bm, bn, w, bf16, causal, st) for d, bm, bn, w, st in FIXED_TILES)
             elif source.startswith("10d"):
@@ -261,6 +275,10 @@ def test_static_build_sm90(source):
             D, bm, bn, w = rep.template_args[:4]
             blocks = 2 if (D <= 64 or w == 4) else 1  # the blocks/SM 10d's __launch_bounds__ asks for
             assert rep.registers * 32 * w * blocks <= 65536, f"{name}: {rep.registers} registers, < {blocks} blocks/SM"
+        if source.startswith("10g"):
+            D, bm, bn, w = rep.template_args[:4]
+            minb = rep.template_args[7] or (2 if (D <= 64 or w == 4) else 1)   # 10g's __launch_bounds__
+            assert rep.registers * 32 * w * minb <= 65536, f"{name}: {rep.registers} registers, < {minb} blocks/SM"
         if source.startswith("10e"):
             D, bm, bn, w = rep.template_args[:4]
             # 10e's __launch_bounds__: <= 255 registers at D = 128 (2 blocks of 4 warps/SM, 1 of 8),
@@ -277,8 +295,9 @@ def test_nvrtc_build(source, monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(st, "nvcc_path", lambda: None)
     function, needles = STEPS[source]
-    tiles = (128, 64, 4) if source.startswith("10e") else (128, 128, 8) if source.startswith("10f") else (128, 64, 8)
+    tiles = {"10e": (128, 64, 4), "10f": (128, 128, 8), "10g": (64, 48, 4)}.get(source[:3], (128, 64, 8))
     insts = [i for i in _instantiations(source) if i[0] in (64, 128) and i[1:4] == tiles][:4]
+    assert insts, f"no NVRTC instantiation of {source} with tiles {tiles}"
     for rep in st.static_build(f"attention/{source}", function, insts, arch="sm_90"):
         assert rep.registers > 0 and not rep.spills, f"{rep.name}: {rep.registers} registers, spills"
         assert (MMA_BF16 if rep.template_args[4] else MMA_F16) in rep.ptx

@@ -104,8 +104,8 @@ struct TileCopy {
 
 }  // namespace attn10f
 
-template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int MINB = 0>
-__global__ void __launch_bounds__(WARPS * 32, MINB > 0 ? MINB : attn10f::min_blocks(D, WARPS * 32))
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, attn10f::min_blocks(D, WARPS * 32))
 attn_fixed_offsets(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
            const unsigned short* __restrict__ v, unsigned short* __restrict__ o, int n, float scale) {
     using namespace attn10f;
