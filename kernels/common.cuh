@@ -40,6 +40,11 @@ static __device__ __forceinline__ long long head_offset(long long bh, int n, int
 // schedule and barriers still compute the right result. The CPU model (tests/ladder_emu/) defines
 // ATTNLAB_HOST_EMULATION and supplies versions that really defer each copy to its wait.
 #ifndef ATTNLAB_HOST_EMULATION
+// The shared-state-space byte address of a pointer into shared memory (what ldmatrix, cp.async,
+// mbarrier and TMA instructions take).
+static __device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
 static __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));

@@ -15,9 +15,6 @@
 // cuTensorMapEncodeTiled (attnlab.tma) and passed by value as a __grid_constant__ parameter.
 struct alignas(64) TmaMap { unsigned long long opaque[16]; };
 
-static __device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // ---- mbarrier: a TMA copy "completes" bytes on a barrier; waiters spin on its phase parity.
 static __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {

@@ -66,10 +66,7 @@ static __device__ __forceinline__ void ldmatrix_x2_trans(unsigned (&r)[2], const
 // The same loads at a shared-space byte address plus a byte offset: with a per-lane base in a
 // register and `off` a constant once the caller's loops are unrolled, ptxas folds the offset into
 // the instruction's immediate ([R+imm]), so the loads need no address arithmetic at all
-// (kernels/attention/10f). smem_u32 gives the shared-space address of a pointer into shared memory.
-static __device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+// (kernels/attention/10f); common.cuh's smem_u32 gives the shared-space address of a pointer.
 static __device__ __forceinline__ void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr, unsigned off) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr + off));
