@@ -21,12 +21,6 @@
 //     registers at D = 128); 0 re-reads Q's A fragment by ldmatrix at each k-step of S (one more
 //     ldmatrix.x4 per k-step and n-tile pair, at a base register + immediate like the others), which
 //     is what makes 128 registers (MINB = 4) possible at D = 128.
-//  4. QS (template parameter): 1 puts Q's tile, and later the output staging, in the last K/V stage
-//     instead of in front of the stages: with QREG = 1, Q is only read once, before any tile is
-//     copied into that stage (one extra barrier after the fragments are loaded), and the output is
-//     staged after the last tile's barrier. It saves BM*D*2 bytes a block (16 KB at BM = 64,
-//     D = 128), which lets three blocks of BM = 64 fit with BN = 64 (3 x 64 KB) or BN = 48 with
-//     STAGES = 3. Needs BM <= 2*BN (Q fits in one stage).
 //  Smaller key tiles cost one barrier and one speculative-softmax vote per BN keys instead of per
 //  64 or 128, and QREG = 0 more shared-memory reads per MMA; notebook 10's scan weighs them.
 //
@@ -35,10 +29,10 @@
 // Template: D in {32, 64, 128}; BM = 16 * WARPS query rows per block, 32*WARPS a multiple of D;
 // BN keys per tile, a multiple of 16 and of 256*WARPS/D; BF16 = true -> bf16, false -> fp16
 // (inputs and output, passed as the bit patterns in unsigned short); CAUSAL; STAGES in {2, 3};
-// MINB >= 0; QREG in {0, 1}; QS in {0, 1} (1 needs QREG = 1 and BM <= 2*BN).
+// MINB >= 0; QREG in {0, 1}.
 // Layout: q, k, v, o contiguous [B, H, N, D] 16-bit, 16-byte aligned (cp.async of 16 bytes).
 // Launch: grid = (ceil(n / BM), B*H), blockIdx.y = b*H + h; block = 32*WARPS threads;
-//         dynamic shared memory = ((QS ? 0 : BM) + 2*STAGES*BN) * D * 2 bytes (attn_occupancy_smem_bytes),
+//         dynamic shared memory = (BM + 2*STAGES*BN) * D * 2 bytes (attn_occupancy_smem_bytes),
 //         which needs cudaFuncAttributeMaxDynamicSharedMemorySize above 48 KB.
 // Barriers: as 10d (one after the prologue, one per tile; __syncwarp in the epilogue).
 #include "mma.cuh"
@@ -103,7 +97,7 @@ struct TileCopy {
 
 }  // namespace attn10g
 
-template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int MINB, int QREG, int QS = 0>
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int MINB, int QREG>
 __global__ void __launch_bounds__(WARPS * 32, MINB > 0 ? MINB : attn10g::min_blocks(D, WARPS * 32))
 attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
            const unsigned short* __restrict__ v, unsigned short* __restrict__ o, int n, float scale) {
@@ -113,7 +107,6 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
     static_assert(BN % 16 == 0 && BN >= 16, "a K/V tile is a whole number of k16 steps");
     static_assert(STAGES == 2 || STAGES == 3, "2 or 3 K/V stages");
     static_assert(MINB >= 0 && (QREG == 0 || QREG == 1), "MINB >= 0 blocks per SM; QREG 0 or 1");
-    static_assert(QS == 0 || (QS == 1 && QREG == 1 && BM <= 2 * BN), "QS = 1 needs QREG = 1 and BM <= 2*BN");
     constexpr int THREADS = 32 * WARPS;
     constexpr int DK = D / 16;   // k16 steps of S = Q K^T
     constexpr int NT = BN / 8;   // n8 tiles of S (keys)
@@ -124,10 +117,8 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
     constexpr float P_BOUND = 256.0f;          // largest p accepted without a rescale (fp16-safe)
 
     extern __shared__ __align__(16) float smem[];
-    // QS = 0: [Q [BM][D] (later the output)][STAGES x {K [BN][D], V [BN][D]}]. QS = 1: the stages
-    // only, Q (and later the output) in the last stage, which no K/V tile uses before iteration 0.
-    unsigned short* sKV = reinterpret_cast<unsigned short*>(smem) + (QS ? 0 : BM * D);
-    unsigned short* sQ = QS ? sKV + (STAGES - 1) * STAGE : reinterpret_cast<unsigned short*>(smem);
+    unsigned short* sQ = reinterpret_cast<unsigned short*>(smem);  // [BM][D], later the output
+    unsigned short* sKV = sQ + BM * D;                             // [STAGES][K [BN][D], V [BN][D]]
 
     // Causal blocks do more work the further they are from the first row: run those first.
     const int mblk = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
@@ -196,7 +187,6 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
 #pragma unroll
         for (int ks = 0; ks < DK; ++ks) ldmatrix_x4(qf[ks], sQ + (warp * 16 + a_row) * D + ((a_c ^ (2 * ks)) << 3));
     }
-    if constexpr (QS) __syncthreads();   // every warp holds its Q fragments before tile STAGES-1 lands there
 
     const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units: one FFMA per score
     float mu[2] = {ATTNLAB_NEG_INF, ATTNLAB_NEG_INF};  // subtracted max (log2 units), -inf: none yet
@@ -360,9 +350,9 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
     }
 }
 
-// Dynamic shared memory in bytes for attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, MINB, QREG, QS>.
-constexpr __host__ __device__ unsigned long long attn_occupancy_smem_bytes(int D, int BM, int BN, int STAGES, int QS = 0) {
-    return (unsigned long long)((QS ? 0 : BM) + 2 * STAGES * BN) * D * 2;
+// Dynamic shared memory in bytes for attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, MINB, QREG>.
+constexpr __host__ __device__ unsigned long long attn_occupancy_smem_bytes(int D, int BM, int BN, int STAGES) {
+    return (unsigned long long)(BM + 2 * STAGES * BN) * D * 2;
 }
 
 // Tiles, MINB and QREG per head dim: see the registry (lib/attnlab/attention.py).

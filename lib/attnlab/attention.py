@@ -229,17 +229,15 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
         summary="10f with registers sized for 12-16 warps per SM at D=128 (MINB), smaller key tiles, Q "
                 "fragments held or re-read (QREG)",
         precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
-        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "MINB", "QREG", "QS"),
+        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "MINB", "QREG"),
         params=(Param("BM", (32, 64, 128)), Param("BN", (16, 32, 48, 64, 128)), Param("WARPS", (2, 4, 8)),
-                Param("STAGES", (2, 3)), Param("MINB", (0, 2, 3, 4)), Param("QREG", (0, 1)), Param("QS", (0, 1))),
-        defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1, QS=0),
-                  64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1, QS=0),
-                  128: dict(BM=64, BN=48, WARPS=4, STAGES=2, MINB=3, QREG=1, QS=0)},
+                Param("STAGES", (2, 3)), Param("MINB", (0, 2, 3, 4)), Param("QREG", (0, 1))),
+        defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1),
+                  64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1),
+                  128: dict(BM=64, BN=48, WARPS=4, STAGES=2, MINB=3, QREG=1)},
         threads=lambda p: 32 * p["WARPS"],
-        smem=lambda d, p: 2 * d * ((0 if p["QS"] else p["BM"]) + 2 * p["STAGES"] * p["BN"]),
-        constraint=lambda d, p: _fa2_constraint(True)(d, p) or (
-            None if not p["QS"] or (p["QREG"] and p["BM"] <= 2 * p["BN"]) else
-            f"QS=1 (Q in the last K/V stage) needs QREG=1 and BM <= 2·BN (got {dict(p)})")),
+        smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]),
+        constraint=_fa2_constraint(True)),
 )
 
 #: The Hopper step (notebook 11, sm_90a): warpgroup MMAs on TMA-loaded shared memory.

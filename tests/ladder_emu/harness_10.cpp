@@ -7,7 +7,7 @@
 //   g++ -std=c++20 -O1 -pthread -include ladder_emu.h -I kernels -DEMU_D=64 -DEMU_BM=64 -DEMU_BN=64
 //       -DEMU_WARPS=4 -DEMU_BF16=1 -DEMU_CAUSAL=0 -DEMU_STAGES=2 [-DEMU_KC=64] harness_10.cpp
 //   (EMU_KC: 10e's S chunk in keys, 32 or 64, default 32; EMU_QREG: whether 10g holds Q's fragments,
-//   default 0; EMU_QS: whether 10g keeps Q in its last K/V stage (needs EMU_QREG), default 0; the other steps ignore them)
+//   default 0; the other steps ignore them)
 // Run: harness_10 selftest
 //      harness_10 DIR B H N [KERNELS]   (DIR holds q, k, v as raw 16-bit [B, H, N, D] bit patterns,
 //      bf16 or fp16 per EMU_BF16; writes o_<kernel> there, same format; KERNELS is a comma list of
@@ -25,9 +25,6 @@
 #endif
 #ifndef EMU_QREG
 #define EMU_QREG 0
-#endif
-#ifndef EMU_QS
-#define EMU_QS 0
 #endif
 
 #include <atomic>
@@ -186,8 +183,8 @@ static void run_kernels(Run& run, const unsigned short* q, const unsigned short*
         run("fixed_offsets", attn_fixed_offsets_smem_bytes(D, BM, BN, STAGES), 32 * WARPS, [&](unsigned short* o) {
             attn_fixed_offsets<D, BM, BN, WARPS, BF16, CAUSAL, STAGES>(q, k, v, o, N, scale);
         });
-        run("occupancy", attn_occupancy_smem_bytes(D, BM, BN, STAGES, EMU_QS), 32 * WARPS, [&](unsigned short* o) {
-            attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG, EMU_QS>(q, k, v, o, N, scale);
+        run("occupancy", attn_occupancy_smem_bytes(D, BM, BN, STAGES), 32 * WARPS, [&](unsigned short* o) {
+            attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG>(q, k, v, o, N, scale);
         });
     } else if constexpr (BM == 32 * WARPS) {
         run("mma_baseline", (size_t)(BM + 2 * BN) * D * 2, 64 * WARPS, [&](unsigned short* o) {
