@@ -32,14 +32,18 @@ B, H, N = 1, 3, 77
 
 def plan() -> list[dict]:
     """(kernel, D, causal, dtype) launches: every registered kernel, its smallest head dim in
-    {64, 32, 128} order of preference, non-causal and (where supported) causal."""
+    {64, 32, 128} order of preference, non-causal and (where supported) causal; the tensor-core
+    kernels (minimum compute capability 8.0) also at D = 128, whose registry tiles differ (10g's
+    D = 128 tiles, for one, size the registers for three blocks per SM)."""
     from attnlab.attention import KERNELS
 
     out = []
     for name, spec in KERNELS.items():
         D = next(d for d in (64, 32, 128) if d in spec.head_dims)
-        for causal in ((False, True) if spec.causal else (False,)):
-            out.append(dict(kernel=name, D=D, causal=causal, dtype=spec.dtypes[0]))
+        dims = (D, 128) if spec.min_cc >= 80 and D != 128 and 128 in spec.head_dims else (D,)
+        for d in dims:
+            for causal in ((False, True) if spec.causal else (False,)):
+                out.append(dict(kernel=name, D=d, causal=causal, dtype=spec.dtypes[0]))
     return out
 
 
