@@ -102,3 +102,16 @@ def test_step_gains_compare_each_step_with_its_predecessor():
     assert list(g["kernel"]) == ["wgmma_pipeline"] * 2 and sorted(g["x"]) == [0.5, 2.0]
     text = flash.describe_step_gains(g)
     assert "11b wgmma_pipeline** against 11a wgmma_tma: 0.50–2.00× (median 1.25×, faster) over 2" in text
+
+
+def test_loaded_kernels_that_spill_are_named():
+    static = pd.DataFrame([dict(kernel=k, D=128, causal=False, params="BM=64", dtype="bfloat16", registers=r,
+                                spill_bytes=0) for k, r in (("a", 200), ("b", 255))])
+    loaded = pd.DataFrame([dict(kernel=k, step=s, D=128, causal=False, params="BM=64", dtype="bfloat16", registers=r,
+                                local_bytes=lb, compiler="NVRTC 13.0 (CuPy 14.2.0)")
+                           for k, s, r, lb in (("a", "10x", 200, 0), ("b", "10y", 255, 104))])
+    cmp = flash.compare_loaded(static, loaded)
+    assert list(cmp["static_registers"]) == [200, 255] and list(cmp["local_bytes"]) == [0, 104]
+    text = flash.describe_loaded(cmp)
+    assert "1 of 2" in text and "b D=128: 104 B of local memory at 255 registers" in text and "NVRTC 13.0" in text
+    assert "no kernel uses local memory" in flash.describe_loaded(cmp[cmp["kernel"] == "a"])

@@ -314,6 +314,67 @@ def static_table(kernels: Sequence[str], archs: Sequence[str] = ("sm_90",), *,
     return pd.DataFrame(rows)
 
 
+def runtime_compiler() -> str:
+    """The compiler that builds the kernels this process launches: CuPy's NVRTC and its version."""
+    try:
+        import cupy as cp
+        major, minor = cp.cuda.nvrtc.getVersion()
+        return f"NVRTC {major}.{minor} (CuPy {cp.__version__})"
+    except Exception as exc:  # noqa: BLE001 - a report names what it could not find
+        return f"unknown ({type(exc).__name__})"
+
+
+def loaded_table(kernels: Sequence[str], D_list: Sequence[int], *, dtype: str = "bfloat16",
+                 causal: Sequence[bool] = (False, True)) -> pd.DataFrame:
+    """Registers and local memory (spills) of each kernel as this process loads it (GPU): the
+    compiler the launcher uses (NVRTC through CuPy) may allocate registers differently from the
+    static build's nvcc/NVRTC, and only what is loaded runs."""
+    compiler = runtime_compiler()
+    rows = []
+    for name in kernels:
+        spec = get_spec(name)
+        for d in D_list:
+            if d not in spec.head_dims:
+                continue
+            for c in causal:
+                if c and not spec.causal:
+                    continue
+                plan = get_kernel(name, d, dtype=dtype, causal=c)
+                rows.append(dict(kernel=name, step=spec.step, D=d, dtype=dtype, causal=c,
+                                 params=",".join(f"{a}={b}" for a, b in plan.params.items()),
+                                 registers=int(plan.kernel.num_regs),
+                                 local_bytes=int(plan.kernel.local_size_bytes), compiler=compiler))
+    return pd.DataFrame(rows)
+
+
+def compare_loaded(static: pd.DataFrame, loaded: pd.DataFrame) -> pd.DataFrame:
+    """The static build beside the loaded kernel, per (kernel, D, causal) of ``loaded`` (the static
+    table's rows of the loaded dtype and parameters)."""
+    keys = ["kernel", "D", "causal", "params"]
+    st = static[static["dtype"].isin(set(loaded["dtype"]))]
+    st = st.groupby(keys, as_index=False)[["registers", "spill_bytes"]].first()
+    out = loaded.merge(st.rename(columns={"registers": "static_registers", "spill_bytes": "static_spill_bytes"}),
+                       on=keys, how="left")
+    return out[["kernel", "step", "D", "causal", "params", "static_registers", "static_spill_bytes",
+                "registers", "local_bytes", "compiler"]]
+
+
+def describe_loaded(cmp: pd.DataFrame) -> str:
+    """One generated sentence: which kernels spill as loaded although the static build does not."""
+    if cmp.empty:
+        return "No kernel was loaded."
+    compiler = ", ".join(sorted(set(cmp["compiler"].astype(str))))
+    bad = cmp[(cmp["local_bytes"] > 0) & ~(cmp["static_spill_bytes"] > 0)]
+    if bad.empty:
+        return (f"As loaded ({compiler}), no kernel uses local memory: the static build's register and "
+                f"spill figures hold for what runs.")
+    items = "; ".join(f"{r.kernel} D={r.D}{' causal' if r.causal else ''}: {r.local_bytes} B of local memory "
+                      f"at {r.registers} registers (static build: {r.static_registers}, no spills)"
+                      for r in bad.itertuples())
+    return (f"As loaded ({compiler}), {len(bad)} of {len(cmp)} kernel variants spill although the static "
+            f"build does not — {items}. Their timings include those spills.")
+
+
 # ---------------------------------------------------------------- ratios and verdicts (pure)
 
 def ratios(timing: pd.DataFrame, kernel: str, reference: str) -> pd.DataFrame:
