@@ -42,9 +42,12 @@ static __device__ __forceinline__ long long head_offset(long long bh, int n, int
 #ifndef ATTNLAB_HOST_EMULATION
 // The shared-state-space byte address of a pointer into shared memory (what ldmatrix, cp.async,
 // mbarrier and TMA instructions take).
+// (CUDA compilers only: a plain C++ build of these headers, such as tests/delta_emu's, has no cvta.)
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 static __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+#endif
 static __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
