@@ -30,7 +30,16 @@ def test_the_plan_covers_every_registered_kernel():
     out = subprocess.run([sys.executable, str(SCRIPT), "--list"], capture_output=True, text=True, check=True).stdout
     launched = {line.split("'kernel': '")[1].split("'")[0] for line in out.splitlines()}
     assert launched == set(KERNELS)
-    assert out.count("'causal': True") == sum(s.causal for s in KERNELS.values())
+    rows = [line for line in out.splitlines() if line.strip()]
+    for name, spec in KERNELS.items():
+        plain = {r.split("'D': ")[1].split(",")[0] for r in rows if f"'kernel': '{name}'" in r and "'causal': False" in r}
+        causal = {r.split("'D': ")[1].split(",")[0] for r in rows if f"'kernel': '{name}'" in r and "'causal': True" in r}
+        assert plain, f"{name} is never launched non-causal"
+        # every head dim the plan launches is launched causal too, exactly where the kernel supports it
+        assert causal == (plain if spec.causal else set()), (name, plain, causal)
+        # the tensor-core kernels are also launched at D = 128, whose registry tiles differ
+        if spec.min_cc >= 80 and 128 in spec.head_dims:
+            assert "128" in plain, name
 
 
 @pytest.mark.gpu
