@@ -4,8 +4,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "lib") not in sys.path:
-    sys.path.insert(0, str(ROOT / "lib"))
+for _p in (ROOT / "lib", ROOT / "tests"):  # the library, and tests/ helpers such as emu_build
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 from attnlab.env import cuda_usable  # noqa: E402
 

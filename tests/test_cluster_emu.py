@@ -12,6 +12,8 @@ import pytest
 
 from attnlab.static import nvcc_path
 
+import emu_build  # tests/emu_build.py: g++ builds cached by content
+
 ROOT = Path(__file__).resolve().parents[1]
 GXX = shutil.which("g++")
 
@@ -21,7 +23,7 @@ def test_cpu_model_clusters_match_the_ptx_semantics(tmp_path):
     exe = tmp_path / "harness_cluster"
     cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(ROOT / "tests/ladder_emu/ladder_emu.h"),
            "-I", str(ROOT / "kernels"), str(ROOT / "tests/ladder_emu/harness_cluster.cpp"), "-o", str(exe)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = emu_build.run(cmd)
     assert res.returncode == 0, res.stderr[-3000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "cluster selftest ok" in run.stdout, run.stdout + run.stderr

@@ -20,6 +20,8 @@ from attnlab.delta import kernels as dk
 from attnlab.delta.model import chunk_cost, cost_table, recurrent_cost, workspace_bytes
 from attnlab.static import nvcc_path, static_build
 
+import emu_build  # tests/emu_build.py: g++ builds cached by content
+
 ROOT = Path(__file__).resolve().parents[1]
 EMU_DIR = ROOT / "tests" / "delta_emu"
 
@@ -313,7 +315,7 @@ def _emu_binary(build_dir: Path, K, V, C, BV, RG, CPT) -> Path:
                "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_C={C}",
                f"-DEMU_BV={BV}", f"-DEMU_RG={RG}", f"-DEMU_CPT={CPT}", str(EMU_DIR / "harness.cpp"),
                "-o", str(exe)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
+        res = emu_build.run(cmd)
         assert res.returncode == 0, res.stderr[-3000:]
     return exe
 
@@ -589,7 +591,7 @@ def test_cuda_kernels_under_sanitizers(emu_build_dir, tmp_path):
                "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_C={C}",
                f"-DEMU_BV={BV}", f"-DEMU_RG={RG}", f"-DEMU_CPT={CPT}", str(EMU_DIR / "harness.cpp"),
                "-o", str(exe)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
+        res = emu_build.run(cmd)
         assert res.returncode == 0, res.stderr[-3000:]
     x = random_inputs(B, T, H, K, V, seed=T, gate=gate, initial_state=init)
     for n in ["q", "k", "v", "g", "beta", "initial_state"]:

@@ -28,6 +28,8 @@ from attnlab.banks import warp_access
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
 from attnlab.reference import attention_fp64, rel_error
 
+import emu_build  # tests/emu_build.py: g++ builds cached by content
+
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU execution model")
 
@@ -40,7 +42,7 @@ DEFAULTS = {128: (128, 64, 64, 16, 8), 64: (64, 128, 64, 8, 8), 32: (32, 128, 64
 ALTERNATIVES = [(128, 64, 64, 16, 4), (64, 64, 64, 16, 8)]
 
 # (D, BM, BN, CG, TM) -> [(B, H, N, inputs)], inputs in {"normal", "large", "nan"}.
-# Shapes stay small: the model runs one OS thread per CUDA thread.
+# Shapes stay small: the model runs every CUDA thread as a fiber on one OS thread.
 CONFIGS = {
     DEFAULTS[128]: [(1, 1, 150, "normal"), (1, 1, 1, "normal"), (3, 1, 70, "large")],
     DEFAULTS[64]: [(1, 3, 130, "normal"), (1, 1, 97, "nan")],
@@ -79,7 +81,7 @@ def build(tmp_path_factory):
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "ladder_emu.h"),
                    f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_BM={bm}", f"-DEMU_BN={bn}",
                    f"-DEMU_CG={cg}", f"-DEMU_TM={tm}", str(EMU_DIR / "harness_08.cpp"), "-o", str(exe)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            res = emu_build.run(cmd)
             assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
             built[cfg] = exe
         return built[cfg]

@@ -32,6 +32,8 @@ import pytest
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
 from attnlab.reference import attention_fp64, rel_error
 
+import emu_build  # tests/emu_build.py: g++ builds cached by content
+
 GXX = shutil.which("g++")
 
 
@@ -118,7 +120,7 @@ def build(tmp_path_factory):
                    f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_BM={bm}", f"-DEMU_BN={bn}", f"-DEMU_WARPS={w}",
                    f"-DEMU_PASSES={p}", f"-DEMU_PREP={prep}", f"-DEMU_QSMEM={qsm}", str(EMU_DIR / "harness_09.cpp"),
                    "-o", str(exe)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            res = emu_build.run(cmd)
             assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
             built[cfg] = exe
         return built[cfg]

@@ -29,6 +29,8 @@ import pytest
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
 from attnlab.reference import attention_fp64, default_scale, rel_error
 
+import emu_build  # tests/emu_build.py: g++ builds cached by content
+
 GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU execution model")
 
@@ -42,7 +44,7 @@ KERNELS_10E = ("mma_baseline", "two_row_tiles")                         # BM = 3
 # would exceed fp16's range there, so its exact path must catch it (a bound of 1e30 instead of
 # 256 fails the fp16 ramp case).
 # BM = 16 * WARPS (10a-10d) or 32 * WARPS (10e, next to 10a with BM / 16 warps). Shapes stay
-# small: the model runs one OS thread per CUDA thread.
+# small: the model runs every CUDA thread as a fiber on one OS thread.
 CONFIGS = {
     (64, 64, 64, 4, True, False, 2): [(1, 3, 130, "normal"), (1, 1, 1, "normal"), (1, 1, 97, "nan")],
     (64, 64, 64, 4, True, True, 3): [(1, 1, 130, "normal"), (1, 2, 77, "large"), (1, 1, 200, "ramp")],
@@ -132,7 +134,7 @@ def build(tmp_path_factory):
                    f"-DEMU_BF16={int(bf16)}", f"-DEMU_CAUSAL={int(causal)}", f"-DEMU_STAGES={st}", f"-DEMU_KC={_kc(cfg)}",
                    f"-DEMU_QREG={_qreg(cfg)}",
                    str(EMU_DIR / "harness_10.cpp"), "-o", str(exe)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            res = emu_build.run(cmd)
             assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
             built[cfg] = exe
         return built[cfg]

@@ -21,6 +21,8 @@ import pytest
 from attnlab.delta import kda_recurrent_fp64, random_inputs
 from attnlab.delta.tf32 import round_bf16
 
+import emu_build  # tests/emu_build.py: g++ builds cached by content
+
 ROOT = Path(__file__).resolve().parents[1]
 GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU model")
@@ -64,7 +66,7 @@ def harness(tmp_path_factory):
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(ROOT / "tests/ladder_emu/ladder_emu.h"),
                    "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_BV={BV}",
                    str(ROOT / "tests/delta_emu/harness_06.cpp"), "-o", str(exe)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            res = emu_build.run(cmd)
             assert res.returncode == 0, f"build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
             built[(K, V, BV)] = exe
         return built[(K, V, BV)]
@@ -223,7 +225,7 @@ def test_tensor_core_kernels_under_sanitizers(tmp_path):
            "-include", str(ROOT / "tests/ladder_emu/ladder_emu.h"), "-include", str(ROOT / "tests/sanitize/smem_guard.h"),
            "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_BV={BV}",
            str(ROOT / "tests/delta_emu/harness_06.cpp"), "-o", str(exe)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = emu_build.run(cmd)
     assert res.returncode == 0, res.stderr[-3000:]
     x = random_inputs(B, T, H, K, V, seed=5, gate="mixed", initial_state=True)
     for n in ("q", "k", "v", "g", "beta"):

@@ -2,7 +2,7 @@
 model (tests/ladder_emu/): indexing, partial tiles, rows past N, barrier placement, and the claim
 that 02-05 do the naive kernel's arithmetic in the same order (bit-identical outputs to 01).
 
-Compiled with g++ (C++20, one OS thread per CUDA thread); skipped where g++ is absent. 05 runs its
+Compiled with g++ (C++20; every CUDA thread a fiber, tests/emu_fibers.h); skipped where g++ is absent. 05 runs its
 pre-sm_80 path here (no __CUDA_ARCH__): the same ping-pong schedule with plain copies.
 """
 
@@ -15,6 +15,8 @@ import pytest
 
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
 from attnlab.reference import attention_fp64, rel_error
+
+import emu_build  # tests/emu_build.py: g++ builds cached by content
 
 GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU execution model")
@@ -31,7 +33,7 @@ CONFIGS = {
     (32, 1, 8): [(2, 1, 12)],
     (128, 32, 16): [(1, 1, 33)],                # 1024 threads; the second block has one active warp
 }
-# (the model runs one OS thread per CUDA thread and a barrier per shuffle: shapes stay small)
+# (the model runs every CUDA thread as a fiber and a barrier per shuffle: shapes stay small)
 CASES = [(cfg, shape) for cfg, shapes in CONFIGS.items() for shape in shapes]
 
 
@@ -51,7 +53,7 @@ def build(tmp_path_factory):
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "ladder_emu.h"),
                    f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_TR={tr}", f"-DEMU_TK={tk}",
                    str(EMU_DIR / "harness.cpp"), "-o", str(exe)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            res = emu_build.run(cmd)
             assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
             built[(D, tr, tk)] = exe
         return built[(D, tr, tk)]
@@ -113,7 +115,7 @@ def test_ladder_kernels_under_sanitizers(tmp_path):
            "-include", str(REPO_ROOT / "tests" / "sanitize" / "smem_guard.h"),
            f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_TR={tr}", f"-DEMU_TK={tk}",
            str(EMU_DIR / "harness.cpp"), "-o", str(exe)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = emu_build.run(cmd)
     assert res.returncode == 0, f"sanitizer build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
     rng = np.random.default_rng(N * D + tr)
     q, k, v = (rng.standard_normal((B, H, N, D), dtype=np.float32) for _ in range(3))

@@ -1,7 +1,8 @@
 // A minimal CUDA execution model on the CPU, for logic checks of kernels/delta/*.cu without a GPU.
 //
-// Every thread of a block is an OS thread; __syncthreads() is a std::barrier over the block and
-// __shfl_xor_sync a two-phase exchange over a per-warp barrier. Blocks run one after another,
+// Every thread of a block is a fiber (tests/emu_fibers.h, shared with tests/ladder_emu/: cooperative,
+// deterministic, one OS thread); __syncthreads() is a barrier over the block and __shfl_xor_sync a
+// two-phase exchange over a per-warp barrier. Blocks run one after another,
 // so `__shared__` arrays can be plain statics. Floating point is the host's (exp2f is exact-ish,
 // not MUFU.EX2; no -ftz), so results match the GPU to rounding, not bit for bit.
 // What it checks: indexing, padding, tiling, the order of stages and barriers (a missing
@@ -9,15 +10,15 @@
 #pragma once
 #define KDA_HOST_EMULATION 1
 
-#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
+
+#include "../emu_fibers.h"
 
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
@@ -37,22 +38,30 @@ inline float2 make_float2(float a, float b) { return float2{a, b}; }
 #define __align__(n) __attribute__((aligned(n)))
 #define __trap() (std::fprintf(stderr, "__trap() at %s:%d\n", __FILE__, __LINE__), std::abort())
 
-inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 gridDim, blockDim;
+// The running CUDA thread's indices (per fiber; a host placeholder outside a launch).
+struct EmuThreadIdx { dim3 tid, bid; };
+static EmuThreadIdx emu_host_idx;
+static inline EmuThreadIdx& emu_self_idx() {
+    void* u = emu_fiber_user();
+    return u ? *static_cast<EmuThreadIdx*>(u) : emu_host_idx;
+}
+#define threadIdx (emu_self_idx().tid)
+#define blockIdx (emu_self_idx().bid)
 
 struct EmuWarp {
-    std::barrier<> bar{32};
+    EmuBarrier bar{32};
     float buf[32];
     float mma_a[32][4], mma_b[32][2];   // one mma.sync's operand fragments, per lane
 };
 struct EmuBlock {
-    std::unique_ptr<std::barrier<>> bar;
+    EmuBarrier bar;
     std::vector<std::unique_ptr<EmuWarp>> warps;
     std::vector<float> dyn_smem;
 };
 inline EmuBlock* g_block = nullptr;
 
-inline void __syncthreads() { g_block->bar->arrive_and_wait(); }
+inline void __syncthreads() { g_block->bar.arrive_and_wait(); }
 
 inline float __shfl_xor_sync(unsigned, float x, int offset) {
     const unsigned lane = threadIdx.x % 32;
@@ -98,7 +107,7 @@ inline void kda_cp_async_wait_all() {}
 inline unsigned kda_dynamic_smem_size() { return (unsigned)(g_block->dyn_smem.size() * sizeof(float)); }
 #define KDA_DYNAMIC_SHARED(name) float* name = g_block->dyn_smem.data()
 
-// Launch: run grid.x * grid.y * grid.z blocks in turn, each with block.x threads.
+// Launch: run grid.x * grid.y * grid.z blocks in turn, each with block.x CUDA threads (fibers).
 inline void emu_launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::function<void()>& kernel) {
     gridDim = grid;
     blockDim = block;
@@ -108,21 +117,18 @@ inline void emu_launch(dim3 grid, dim3 block, size_t dyn_smem_bytes, const std::
         for (unsigned by = 0; by < grid.y; ++by)
             for (unsigned bx = 0; bx < grid.x; ++bx) {
                 EmuBlock blk;
-                blk.bar = std::make_unique<std::barrier<>>(nth);
+                blk.bar = EmuBarrier(nth);
                 for (unsigned w = 0; w < nth / 32; ++w) blk.warps.push_back(std::make_unique<EmuWarp>());
                 // Poison dynamic shared memory: reading before writing shows up as NaN.
                 blk.dyn_smem.assign(dyn_smem_bytes / sizeof(float), std::nanf(""));
                 g_block = &blk;
-                std::vector<std::thread> threads;
-                threads.reserve(nth);
+                std::vector<EmuThreadIdx> ids(nth);
+                std::vector<void*> users(nth);
                 for (unsigned t = 0; t < nth; ++t) {
-                    threads.emplace_back([=, &kernel] {
-                        threadIdx = dim3(t, 0, 0);
-                        blockIdx = dim3(bx, by, bz);
-                        kernel();
-                    });
+                    ids[t] = EmuThreadIdx{dim3(t, 0, 0), dim3(bx, by, bz)};
+                    users[t] = &ids[t];
                 }
-                for (auto& th : threads) th.join();
+                emu_fibers_run(nth, [&](unsigned) { kernel(); }, users.data());
                 g_block = nullptr;
             }
 }

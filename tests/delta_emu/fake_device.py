@@ -13,12 +13,13 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import re
-import subprocess
 import sys
 import types
 from pathlib import Path
 
 import numpy as np
+
+import emu_build  # tests/emu_build.py (tests/ is on sys.path under pytest): g++ builds cached by content
 
 ROOT = Path(__file__).resolve().parents[2]
 EMU = Path(__file__).resolve().parent
@@ -195,7 +196,7 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
         src.write_text(code)
         cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-include", str(model),
                "-I", str(ROOT / "kernels"), str(src), "-o", str(lib)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
+        res = emu_build.run(cmd)
         if res.returncode != 0:
             raise RuntimeError(f"emulation build of {function}<{targs}> failed:\n{res.stderr[-3000:]}")
     _LIBS[key] = ctypes.CDLL(str(lib))

@@ -1,6 +1,7 @@
 // A CPU execution model of just enough CUDA to run kernels/attention/0[1-5]_*.cu for logic checks
-// (tests/test_ladder_emu.py). Every thread of a block is an OS thread; __syncthreads() is a
-// std::barrier over the block; __shfl_xor_sync is a two-phase exchange over a per-warp barrier.
+// (tests/test_ladder_emu.py). Every thread of a block is a fiber (tests/emu_fibers.h: cooperative,
+// deterministic, one OS thread); __syncthreads() is a barrier over the block; __shfl_xor_sync is a
+// two-phase exchange over a per-warp barrier.
 // Blocks run one after another, so the dynamic shared memory (`extern __shared__ float smem[]`)
 // is one global array, poisoned with NaN before each block so a read-before-write shows up.
 // ATTNLAB_HOST_EMULATION is defined, so kernels/common.cuh and kernels/mma.cuh take their
@@ -15,10 +16,6 @@
 #define ATTNLAB_HOST_EMULATION 1
 
 #include <algorithm>
-#include <barrier>
-#include <optional>
-#include <condition_variable>
-#include <mutex>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,8 +23,9 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <thread>
 #include <vector>
+
+#include "../emu_fibers.h"
 
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
@@ -47,7 +45,6 @@ using std::min;
 #define __host__
 #define __align__(n) __attribute__((aligned(n)))
 
-inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 gridDim, blockDim;
 
 // `extern __shared__ __align__(16) float smem[];` in a kernel refers to this array.
@@ -55,44 +52,65 @@ constexpr size_t EMU_SMEM_FLOATS = 1 << 18;   // 1 MiB: more than any tile the t
 alignas(16) float smem[EMU_SMEM_FLOATS];
 
 struct EmuWarp {
-    std::barrier<> bar{32};
+    EmuBarrier bar{32};
     float buf[32];
     unsigned frag_a[32][4], frag_b[32][2];   // one warp MMA's operand fragments, per lane
     const void* rows[32];                     // ldmatrix row addresses, per lane
 };
 // A named barrier (bar.sync / bar.arrive id, n): the n-th arrival of a generation releases it.
 struct EmuNamedBar {
-    std::mutex m;
-    std::condition_variable cv;
     int count = 0;
     unsigned gen = 0;
 };
 struct EmuBlock {
-    std::unique_ptr<std::barrier<>> bar;
+    EmuBarrier bar;
     std::vector<std::unique_ptr<EmuWarp>> warps;
     EmuNamedBar named[16];
 };
-// The calling thread's block. (Thread-local, and not named g_block: tests/delta_emu/cuda_emu.h has
-// a process-wide g_block, and GCC gives inline variables unique symbols that the dynamic linker
-// binds across libraries, so two models loaded into one Python process would share it.)
-inline thread_local EmuBlock* emu_cur_block = nullptr;
+struct EmuCopy { void* dst; unsigned char data[16]; };
+struct EmuCluster {
+    EmuBarrier bar;
+    std::vector<float*> smem;
+};
+// One CUDA thread's state: its indices, its block (and cluster), its cp.async groups. The running
+// fiber's is emu_self(); outside a launch (harness code) a host placeholder. (Per fiber, not
+// process-wide: tests/delta_emu/fake_device.py loads several models into one Python process, and
+// GCC gives inline variables unique symbols that the dynamic linker binds across libraries.)
+struct EmuThread {
+    dim3 tid, bid;
+    EmuBlock* block = nullptr;
+    std::vector<std::vector<EmuCopy>> groups;   // committed cp.async groups, oldest first
+    std::vector<EmuCopy> open;                  // issued, not yet committed
+    EmuCluster* cluster = nullptr;
+    unsigned cluster_rank = 0;
+    float* block_smem = nullptr;                // this block's dynamic shared memory (clusters)
+    unsigned long cluster_token = 0;
+    bool cluster_arrived = false;
+};
+static EmuThread emu_host_thread;
+static inline EmuThread& emu_self() {
+    void* u = emu_fiber_user();
+    return u ? *static_cast<EmuThread*>(u) : emu_host_thread;
+}
+#define threadIdx (emu_self().tid)
+#define blockIdx (emu_self().bid)
 
-inline void __syncthreads() { emu_cur_block->bar->arrive_and_wait(); }
+inline void __syncthreads() { emu_self().block->bar.arrive_and_wait(); }
 // Named barriers (kernels/common.cuh): every thread of the subset calls; sync waits, arrive does not.
 inline void emu_named_bar(int id, int n, bool wait) {
     if (id <= 0 || id >= 16 || n <= 0 || n % 32 != 0) { std::fprintf(stderr, "bad named barrier %d, %d\n", id, n); std::abort(); }
-    EmuNamedBar& b = emu_cur_block->named[id];
-    std::unique_lock<std::mutex> lk(b.m);
+    EmuNamedBar& b = emu_self().block->named[id];
+    emu_fiber_note_progress();
     const unsigned gen = b.gen;
-    if (++b.count == n) { b.count = 0; ++b.gen; b.cv.notify_all(); return; }
-    if (wait) b.cv.wait(lk, [&] { return b.gen != gen; });
+    if (++b.count == n) { b.count = 0; ++b.gen; return; }
+    if (wait) while (b.gen == gen) emu_yield();
 }
 inline void named_bar_sync(int id, int n) { emu_named_bar(id, n, true); }
 inline void named_bar_arrive(int id, int n) { emu_named_bar(id, n, false); }
 
 inline float __shfl_xor_sync(unsigned, float x, int offset) {
     const unsigned lane = threadIdx.x % 32;
-    EmuWarp& w = *emu_cur_block->warps[threadIdx.x / 32];
+    EmuWarp& w = *emu_self().block->warps[threadIdx.x / 32];
     w.buf[lane] = x;
     w.bar.arrive_and_wait();          // everyone has published
     const float r = w.buf[lane ^ offset];
@@ -102,30 +120,32 @@ inline float __shfl_xor_sync(unsigned, float x, int offset) {
 inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __uint_as_float(unsigned u) { return __int_as_float(u); }
 inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
-inline void __syncwarp(unsigned = 0xffffffffu) { emu_cur_block->warps[threadIdx.x / 32]->bar.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_self().block->warps[threadIdx.x / 32]->bar.arrive_and_wait(); }
 inline float fast_exp2(float x) { return std::exp2(x); }
 
 // ---- cp.async (kernels/common.cuh): each copy's source is read at issue, its destination written
 // at the cp_async_wait<N> that retires its group, so reading shared memory too early sees stale data.
-struct EmuCopy { void* dst; unsigned char data[16]; };
-inline thread_local std::vector<std::vector<EmuCopy>> emu_groups;   // committed groups, oldest first
-inline thread_local std::vector<EmuCopy> emu_open;                  // issued, not yet committed
 inline void cp_async16(void* dst, const void* src) {
     EmuCopy c{dst, {}};
     std::memcpy(c.data, src, 16);
-    emu_open.push_back(c);
+    emu_self().open.push_back(c);
 }
 inline void cp_async16_zfill(void* dst, const void* src, bool valid) {
     EmuCopy c{dst, {}};
     if (valid) std::memcpy(c.data, src, 16); else std::memset(c.data, 0, 16);
-    emu_open.push_back(c);
+    emu_self().open.push_back(c);
 }
-inline void cp_async_commit() { emu_groups.push_back(std::move(emu_open)); emu_open.clear(); }
+inline void cp_async_commit() {
+    EmuThread& me = emu_self();
+    me.groups.push_back(std::move(me.open));
+    me.open.clear();
+}
 template <int N>
 inline void cp_async_wait() {
-    while (emu_groups.size() > (size_t)N) {
-        for (auto& c : emu_groups.front()) std::memcpy(c.dst, c.data, 16);
-        emu_groups.erase(emu_groups.begin());
+    auto& groups = emu_self().groups;
+    while (groups.size() > (size_t)N) {
+        for (auto& c : groups.front()) std::memcpy(c.dst, c.data, 16);
+        groups.erase(groups.begin());
     }
 }
 
@@ -163,7 +183,7 @@ inline unsigned pack_f16x2(float lo, float hi) { return emu_float_to_f16(lo) | (
 #ifndef EMU_MMA_BLOCK
 #define EMU_MMA_BLOCK 0
 #endif
-inline EmuWarp& emu_warp() { return *emu_cur_block->warps[threadIdx.x / 32]; }
+inline EmuWarp& emu_warp() { return *emu_self().block->warps[threadIdx.x / 32]; }
 // double -> float rounded toward zero (a NaN or infinity passes through).
 inline float emu_float_rz(double x) {
     float f = (float)x;
@@ -287,15 +307,17 @@ inline bool __any_sync(unsigned, bool p) {
 }
 inline unsigned __shfl_sync(unsigned, unsigned x, int src) { return emu_shfl(x, src); }
 
-// One CUDA thread of block b: its indices, the kernel, then no cp.async copy may be left unwaited.
-inline void emu_run_thread(const std::function<void()>& kernel, dim3 grid, unsigned t, unsigned b) {
-    threadIdx = dim3{t, 0, 0};
-    blockIdx = dim3{b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
+// One CUDA thread: the kernel, then no cp.async copy may be left unwaited.
+inline void emu_run_thread(const std::function<void()>& kernel) {
     kernel();
-    if (!emu_open.empty() || !emu_groups.empty()) {
-        std::fprintf(stderr, "thread %u ended with cp.async copies never waited for\n", t);
+    const EmuThread& me = emu_self();
+    if (!me.open.empty() || !me.groups.empty()) {
+        std::fprintf(stderr, "thread %u ended with cp.async copies never waited for\n", me.tid.x);
         std::abort();
     }
+}
+inline dim3 emu_block_index(dim3 grid, unsigned b) {
+    return dim3{b % grid.x, (b / grid.x) % grid.y, b / (grid.x * grid.y)};
 }
 // A finished block may leave no named barrier with arrivals that nothing consumed.
 inline void emu_check_named_barriers(const EmuBlock& blk) {
@@ -306,7 +328,7 @@ inline void emu_check_named_barriers(const EmuBlock& blk) {
         }
 }
 
-// Run grid blocks in turn (x fastest), each with `threads` OS threads executing `kernel`.
+// Run grid blocks in turn (x fastest), each with `threads` CUDA threads (fibers) executing `kernel`.
 inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
     if (threads % 32 != 0 || smem_bytes > sizeof(smem)) {
         std::fprintf(stderr, "bad launch: %u threads, %zu bytes of shared memory\n", threads, smem_bytes);
@@ -315,23 +337,22 @@ inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const st
     gridDim = grid;
     blockDim = dim3{threads, 1, 1};
     const unsigned nblocks = grid.x * grid.y * grid.z;
+    std::vector<EmuThread> ts(threads);
+    std::vector<void*> users(threads);
     for (unsigned b = 0; b < nblocks; ++b) {
         EmuBlock blk;
-        blk.bar = std::make_unique<std::barrier<>>(threads);
+        blk.bar = EmuBarrier(threads);
         for (unsigned w = 0; w < threads / 32; ++w) blk.warps.push_back(std::make_unique<EmuWarp>());
         std::fill(smem, smem + smem_bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
-        emu_cur_block = &blk;
-        std::vector<std::thread> pool;
-        pool.reserve(threads);
         for (unsigned t = 0; t < threads; ++t) {
-            pool.emplace_back([&, t, b] {
-                emu_cur_block = &blk;
-                emu_run_thread(kernel, grid, t, b);
-            });
+            ts[t] = EmuThread{};
+            ts[t].tid = dim3{t, 0, 0};
+            ts[t].bid = emu_block_index(grid, b);
+            ts[t].block = &blk;
+            users[t] = &ts[t];
         }
-        for (auto& th : pool) th.join();
+        emu_fibers_run(threads, [&](unsigned) { emu_run_thread(kernel); }, users.data());
         emu_check_named_barriers(blk);
-        emu_cur_block = nullptr;
     }
 }
 inline void emu_launch(unsigned grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
@@ -343,15 +364,8 @@ inline void emu_launch(unsigned grid, unsigned threads, size_t smem_bytes, const
 // same time, each with its own dynamic shared memory (emu_dynamic_smem(); NaN-poisoned); a
 // cluster barrier waits for every thread of the cluster, and cluster_map_shared turns an address
 // in the calling block's shared memory into the same offset in another block's (DSMEM).
-struct EmuCluster {
-    std::unique_ptr<std::barrier<>> bar;
-    std::vector<float*> smem;
-};
-inline thread_local EmuCluster* g_cluster = nullptr;
-inline thread_local unsigned g_cluster_rank = 0;
-inline thread_local float* g_block_smem = nullptr;       // this block's dynamic shared memory
 // The dynamic shared memory of the calling block: its own array in a cluster launch, else `smem`.
-inline float* emu_dynamic_smem() { return g_block_smem ? g_block_smem : smem; }
+inline float* emu_dynamic_smem() { return emu_self().block_smem ? emu_self().block_smem : smem; }
 // Shared-space addresses (kernels/mma.cuh: smem_u32, ldmatrix_x4_at): byte offsets into the calling
 // block's dynamic shared memory.
 inline unsigned smem_u32(const void* p) {
@@ -363,32 +377,31 @@ inline void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr, unsigned off) {
 inline void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr, unsigned off) {
     emu_ldmatrix<4, true>(r, reinterpret_cast<const char*>(emu_dynamic_smem()) + addr + off);
 }
-inline unsigned cluster_ctarank() { return g_cluster ? g_cluster_rank : 0u; }
-inline unsigned cluster_nctarank() { return g_cluster ? (unsigned)g_cluster->smem.size() : 1u; }
+inline unsigned cluster_ctarank() { return emu_self().cluster ? emu_self().cluster_rank : 0u; }
+inline unsigned cluster_nctarank() { return emu_self().cluster ? (unsigned)emu_self().cluster->smem.size() : 1u; }
 inline void cluster_sync() {
-    if (g_cluster) g_cluster->bar->arrive_and_wait();
+    if (emu_self().cluster) emu_self().cluster->bar.arrive_and_wait();
     else __syncthreads();
 }
 // The split cluster barrier: each thread alternates arrive and wait; wait returns once every thread
 // of the cluster has arrived in the phase this thread's arrive belongs to.
-inline thread_local std::optional<std::barrier<>::arrival_token> emu_cluster_token;
-inline thread_local bool emu_cluster_arrived = false;
 inline void cluster_arrive() {
-    if (!g_cluster || emu_cluster_arrived) {
-        std::fprintf(stderr, "cluster_arrive: %s\n", g_cluster ? "arrived twice without a wait" : "not in a cluster launch");
+    EmuThread& me = emu_self();
+    if (!me.cluster || me.cluster_arrived) {
+        std::fprintf(stderr, "cluster_arrive: %s\n", me.cluster ? "arrived twice without a wait" : "not in a cluster launch");
         std::abort();
     }
-    emu_cluster_token.emplace(g_cluster->bar->arrive());
-    emu_cluster_arrived = true;
+    me.cluster_token = me.cluster->bar.arrive();
+    me.cluster_arrived = true;
 }
 inline void cluster_wait() {
-    if (!g_cluster || !emu_cluster_arrived) {
-        std::fprintf(stderr, "cluster_wait: %s\n", g_cluster ? "no arrive before it" : "not in a cluster launch");
+    EmuThread& me = emu_self();
+    if (!me.cluster || !me.cluster_arrived) {
+        std::fprintf(stderr, "cluster_wait: %s\n", me.cluster ? "no arrive before it" : "not in a cluster launch");
         std::abort();
     }
-    g_cluster->bar->wait(std::move(*emu_cluster_token));
-    emu_cluster_token.reset();
-    emu_cluster_arrived = false;
+    me.cluster->bar.wait(me.cluster_token);
+    me.cluster_arrived = false;
 }
 // A kernel's compile-time cluster shape (CUDA's attribute): the harness passes it to emu_launch_cluster.
 #ifndef __cluster_dims__
@@ -396,12 +409,13 @@ inline void cluster_wait() {
 #endif
 template <class T>
 inline T* cluster_map_shared(T* p, unsigned rank) {
-    if (!g_cluster || rank >= g_cluster->smem.size()) {
+    const EmuThread& me = emu_self();
+    if (!me.cluster || rank >= me.cluster->smem.size()) {
         std::fprintf(stderr, "cluster_map_shared: rank %u outside the cluster\n", rank);
         std::abort();
     }
-    const std::ptrdiff_t off = reinterpret_cast<char*>(p) - reinterpret_cast<char*>(g_block_smem);
-    return reinterpret_cast<T*>(reinterpret_cast<char*>(g_cluster->smem[rank]) + off);
+    const std::ptrdiff_t off = reinterpret_cast<char*>(p) - reinterpret_cast<char*>(me.block_smem);
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(me.cluster->smem[rank]) + off);
 }
 inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, size_t smem_bytes,
                                const std::function<void()>& kernel) {
@@ -414,33 +428,29 @@ inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, 
     const unsigned nblocks = grid.x * grid.y * grid.z;
     for (unsigned b0 = 0; b0 < nblocks; b0 += cluster_x) {
         EmuCluster cl;
-        cl.bar = std::make_unique<std::barrier<>>(cluster_x * threads);
+        cl.bar = EmuBarrier(cluster_x * threads);
         std::vector<std::vector<float>> mem(cluster_x, std::vector<float>(smem_bytes / sizeof(float) + 4,
                                                                          std::numeric_limits<float>::quiet_NaN()));
         std::vector<EmuBlock> blks(cluster_x);
         for (unsigned r = 0; r < cluster_x; ++r) {
             cl.smem.push_back(mem[r].data());
-            blks[r].bar = std::make_unique<std::barrier<>>(threads);
+            blks[r].bar = EmuBarrier(threads);
             for (unsigned w = 0; w < threads / 32; ++w) blks[r].warps.push_back(std::make_unique<EmuWarp>());
         }
-        std::vector<std::thread> pool;
-        pool.reserve(cluster_x * threads);
-        for (unsigned r = 0; r < cluster_x; ++r) {
-            const unsigned b = b0 + r;
+        std::vector<EmuThread> ts(cluster_x * threads);
+        std::vector<void*> users(cluster_x * threads);
+        for (unsigned r = 0; r < cluster_x; ++r)
             for (unsigned t = 0; t < threads; ++t) {
-                pool.emplace_back([&, r, t, b] {
-                    emu_cur_block = &blks[r];
-                    g_cluster = &cl;
-                    g_cluster_rank = r;
-                    g_block_smem = cl.smem[r];
-                    emu_cluster_arrived = false;
-                    emu_run_thread(kernel, grid, t, b);
-                    g_cluster = nullptr;
-                    g_block_smem = nullptr;
-                });
+                EmuThread& th = ts[r * threads + t];
+                th.tid = dim3{t, 0, 0};
+                th.bid = emu_block_index(grid, b0 + r);
+                th.block = &blks[r];
+                th.cluster = &cl;
+                th.cluster_rank = r;
+                th.block_smem = cl.smem[r];
+                users[r * threads + t] = &th;
             }
-        }
-        for (auto& th : pool) th.join();
+        emu_fibers_run(cluster_x * threads, [&](unsigned) { emu_run_thread(kernel); }, users.data());
         for (auto& blk : blks) emu_check_named_barriers(blk);
     }
 }

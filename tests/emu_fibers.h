@@ -1,0 +1,206 @@
+// Cooperative CUDA threads for the CPU execution models (tests/ladder_emu/ladder_emu.h and
+// tests/delta_emu/cuda_emu.h): every CUDA thread of a launch is a fiber with its own stack, all
+// run by the calling OS thread. A fiber runs until it must wait (a barrier whose generation has
+// not turned) and then yields to the next; the scheduler visits the live fibers round-robin in
+// thread order, so a run is deterministic.
+//
+// Why not one OS thread per CUDA thread (what the models did before): every warp-level operation
+// (shuffle, ldmatrix, mma) is a barrier over 32 threads, and with hundreds of OS threads on two
+// cores each barrier cost a futex round trip and a context switch per thread; a fiber switch is a
+// few instructions (x86-64: six saved registers and a stack pointer; elsewhere ucontext).
+// What it adds: a deadlock (every live thread waiting at a barrier that can never turn: a missing
+// arrival, a barrier inside a divergent branch) is reported and aborts, where OS threads hung.
+//
+// Everything here has internal linkage (`static`): tests/delta_emu/fake_device.py loads several
+// models into one Python process, and each keeps its own scheduler.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+#include <sys/mman.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define EMU_FIBER_ASAN 1
+#else
+#define EMU_FIBER_ASAN 0
+#endif
+
+#ifndef EMU_FIBER_STACK
+#define EMU_FIBER_STACK (EMU_FIBER_ASAN ? (4u << 20) : (1u << 20))   // reserved, touched lazily
+#endif
+
+struct EmuFiber {
+    void* sp = nullptr;            // saved stack pointer while switched out (x86-64)
+#if !defined(__x86_64__)
+    ucontext_t ctx;
+#endif
+    char* stack = nullptr;
+    bool done = false;
+    unsigned index = 0;
+    void* user = nullptr;          // the model's per-thread state (threadIdx, ...)
+};
+
+static std::vector<EmuFiber> emu_fibers;
+static EmuFiber* emu_fiber_cur = nullptr;        // the running fiber; null on the scheduler
+static void* emu_sched_sp = nullptr;
+#if !defined(__x86_64__)
+static ucontext_t emu_sched_ctx;
+#endif
+static const std::function<void(unsigned)>* emu_fiber_body = nullptr;
+static unsigned long emu_fiber_progress = 0;     // arrivals and thread exits, for deadlock detection
+#if EMU_FIBER_ASAN
+static const void* emu_sched_stack_bottom = nullptr;
+static size_t emu_sched_stack_size = 0;
+#endif
+
+// The running CUDA thread's model state.
+static inline void* emu_fiber_user() { return emu_fiber_cur ? emu_fiber_cur->user : nullptr; }
+static inline void emu_fiber_note_progress() { ++emu_fiber_progress; }
+
+#if defined(__x86_64__)
+// Save the callee-saved registers on the current stack, store the stack pointer in *save, switch to
+// `to` and pop that stack's registers (System V ABI: rbx, rbp, r12-r15 are callee-saved; the
+// x87/SSE control words are left shared, as no kernel changes them).
+__attribute__((naked, noinline)) static void emu_ctx_switch(void** /*save*/, void* /*to*/) {
+    asm volatile(
+        "pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
+        "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
+        "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret\n\t");
+}
+#endif
+
+static void emu_fiber_switch_to_sched(bool finishing) {
+    EmuFiber* f = emu_fiber_cur;
+#if EMU_FIBER_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(finishing ? nullptr : &fake, emu_sched_stack_bottom, emu_sched_stack_size);
+#else
+    (void)finishing;
+#endif
+#if defined(__x86_64__)
+    emu_ctx_switch(&f->sp, emu_sched_sp);
+#else
+    swapcontext(&f->ctx, &emu_sched_ctx);
+#endif
+#if EMU_FIBER_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+// From inside a CUDA thread: let the other threads run.
+static inline void emu_yield() { emu_fiber_switch_to_sched(false); }
+
+static void emu_fiber_entry() {
+#if EMU_FIBER_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &emu_sched_stack_bottom, &emu_sched_stack_size);
+#endif
+    EmuFiber* f = emu_fiber_cur;
+    (*emu_fiber_body)(f->index);
+    f->done = true;
+    emu_fiber_note_progress();
+    emu_fiber_switch_to_sched(true);
+    std::abort();   // a finished fiber is never resumed
+}
+
+static void emu_fiber_prepare(EmuFiber& f) {
+    char* top = f.stack + EMU_FIBER_STACK;
+#if EMU_FIBER_ASAN
+    // a reused stack still carries the redzones of the frames its last thread never returned from
+    __asan_unpoison_memory_region(f.stack, EMU_FIBER_STACK);
+#endif
+#if defined(__x86_64__)
+    void** sp = reinterpret_cast<void**>(reinterpret_cast<std::uintptr_t>(top) & ~std::uintptr_t(15));
+    *--sp = nullptr;                                     // the entry function's (never used) return address
+    *--sp = reinterpret_cast<void*>(&emu_fiber_entry);   // popped by the switch's `ret`
+    for (int i = 0; i < 6; ++i) *--sp = nullptr;         // rbp rbx r12 r13 r14 r15
+    f.sp = sp;
+#else
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = EMU_FIBER_STACK;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, emu_fiber_entry, 0);
+#endif
+}
+
+// Run n CUDA threads to completion: thread i runs body(i) with users[i] as its model state.
+// Aborts with a message if every live thread waits and none can go on (a deadlock).
+static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body, void* const* users) {
+    if (emu_fiber_cur) { std::fprintf(stderr, "emu_fibers_run: nested launch\n"); std::abort(); }
+    if (emu_fibers.size() < n) {
+        const size_t old = emu_fibers.size();
+        emu_fibers.resize(n);
+        for (size_t i = old; i < n; ++i) {
+            void* p = mmap(nullptr, EMU_FIBER_STACK, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+            if (p == MAP_FAILED) { std::fprintf(stderr, "emu_fibers_run: no memory for %u stacks\n", n); std::abort(); }
+            emu_fibers[i].stack = static_cast<char*>(p);
+        }
+    }
+    emu_fiber_body = &body;
+    for (unsigned i = 0; i < n; ++i) {
+        EmuFiber& f = emu_fibers[i];
+        f.done = false;
+        f.index = i;
+        f.user = users[i];
+        emu_fiber_prepare(f);
+    }
+    unsigned live = n;
+    while (live > 0) {
+        const unsigned long before = emu_fiber_progress;
+        bool ran_new = false;
+        for (unsigned i = 0; i < n; ++i) {
+            EmuFiber& f = emu_fibers[i];
+            if (f.done) continue;
+            emu_fiber_cur = &f;
+#if EMU_FIBER_ASAN
+            void* fake = nullptr;
+            __sanitizer_start_switch_fiber(&fake, f.stack, EMU_FIBER_STACK);
+#endif
+#if defined(__x86_64__)
+            emu_ctx_switch(&emu_sched_sp, f.sp);
+#else
+            swapcontext(&emu_sched_ctx, &f.ctx);
+#endif
+#if EMU_FIBER_ASAN
+            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+            emu_fiber_cur = nullptr;
+            if (f.done) --live;
+            ran_new = true;
+        }
+        if (live > 0 && emu_fiber_progress == before && ran_new) {
+            std::fprintf(stderr, "deadlock: %u of %u threads wait at barriers that can no longer turn "
+                                 "(a missing arrival, or a barrier in a branch some threads skip)\n", live, n);
+            std::abort();
+        }
+    }
+    emu_fiber_body = nullptr;
+}
+
+// A barrier over `n` arrivals, fiber-aware: arrive() returns the generation it belongs to; wait()
+// yields until that generation has turned. arrive_and_wait() is bar.sync / __syncthreads.
+struct EmuBarrier {
+    unsigned n = 0, count = 0;
+    unsigned long gen = 0;
+    EmuBarrier() = default;
+    explicit EmuBarrier(unsigned n_) : n(n_) {}
+    unsigned long arrive() {
+        emu_fiber_note_progress();
+        const unsigned long g = gen;
+        if (++count == n) { count = 0; ++gen; }
+        return g;
+    }
+    void wait(unsigned long token) const {
+        while (gen == token) emu_yield();
+    }
+    void arrive_and_wait() { wait(arrive()); }
+};
