@@ -352,6 +352,8 @@ def test_gpus_one_gpu_runs_serially_pinned(gpus_lab, tmp_path):
     (["--gpus", "all", "--cluster", "auto"], "pick one"),
     (["--gpus", "7"], "no GPU 7 on this machine"),
     (["--gpus", "x"], "takes 'all' or GPU indices"),
+    (["--gpus", "0", "--jobs", "2"], "leave it out with --gpus or --cluster"),
+    (["--jobs", "2"], "--jobs is for replay"),                 # the fixture's mode is live
 ])
 def test_gpus_user_errors(gpus_lab, capsys, argv, message):
     assert report.main(["--only", "01", *argv]) == 2
@@ -422,6 +424,49 @@ def test_real_notebooks_on_two_fake_gpus_match_a_serial_run(serial_replay, tmp_p
     _same_reports(serial_replay, out)
     runs = json.loads((out / "runs.json").read_text())
     assert {r["gpu_index"] for r in runs} <= {"0", "1"} and all(r["host"] for r in runs)
+
+
+def test_a_negative_jobs_count_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        report.main(["--only", "01", "--jobs=-1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and "give 1 or more notebooks" in err, err
+
+
+def test_replay_jobs_run_side_by_side_without_a_gpu(tmp_path, monkeypatch, capsys):
+    """--jobs 2: a replay's notebooks in two worker processes at once (run_on_gpus' path, which the
+    real-notebook test above covers end to end), each seeing no GPU; the runs name the host, no GPU."""
+    monkeypatch.setattr(report, "REPORTS_DIR", tmp_path)
+    monkeypatch.delenv("ATTNLAB_PROG", raising=False)
+    seen, lock, busy, most = [], threading.Lock(), [0], [0]
+
+    def fake(cmd, env_, cwd=None, timeout=None):
+        spec = json.loads(Path(cmd[4]).read_text())
+        stem = Path(spec["notebook"]).stem
+        with lock:
+            busy[0] += 1
+            most[0] = max(most[0], busy[0])
+        time.sleep(0.2)
+        with lock:
+            busy[0] -= 1
+            seen.append((stem, env_["CUDA_VISIBLE_DEVICES"], spec["mode"]))
+        out = Path(spec["out_dir"])
+        nbformat.write(nbformat.v4.new_notebook(), out / f"{stem}.ipynb")
+        (out / f"{stem}.html").write_text("<html/>")
+        mode = report.run_mode("replay", "h200")
+        run = report.NotebookRun(stem, "passed", 0.2, mode.name, parameters=spec["params"], host="fake-host")
+        Path(spec["result"]).write_text(json.dumps({"run": dataclasses.asdict(run), "mode": dataclasses.asdict(mode)}))
+        return 0, "", ""
+
+    monkeypatch.setattr(cluster, "run_pinned", fake)
+    assert report.main(["--only", "01", "08", "09", "--mode", "replay", "--jobs", "2"]) == 0
+    assert sorted(s[0] for s in seen) == ["01_naive", "08_register_tiling", "09_tf32_tensor_cores"]
+    assert all(gpu == "" and mode == "replay" for _, gpu, mode in seen) and most[0] == 2
+    out = capsys.readouterr().out
+    assert "2 CPU slot(s) in parallel" in out and "on CPU slot" in out
+    runs = json.loads(next(tmp_path.rglob("runs.json")).read_text())
+    assert len(runs) == 3 and all(r["status"] == "passed" and r["host"] and not r["gpu_index"] for r in runs)
+    assert [c.index for c in report.cpu_slots(3)] == ["0", "1", "2"] and 1 <= len(report.cpu_slots(0)) <= 4
 
 
 # ---------------------------------------------------------------- a Ray local cluster with two fake GPUs

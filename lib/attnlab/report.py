@@ -19,6 +19,7 @@ Many GPUs (:mod:`attnlab.cluster`):
 
     python -m attnlab.report --gpus all                # this host's GPUs, one notebook per GPU at a time
     python -m attnlab.report --gpus 0 1 --profile quick
+    python -m attnlab.report --mode replay --jobs 0    # replay, notebooks side by side on the CPUs
     python -m attnlab.report --cluster auto            # a Ray cluster (also: RAY_ADDRESS set)
 
 Each notebook then runs in its own process pinned to one whole GPU (CUDA_VISIBLE_DEVICES), longest
@@ -848,10 +849,28 @@ def _worker_failure(notebook: str, params: dict[str, Any], mode: str, why: str) 
                        finished_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
 
 
-def run_on_gpus(plans: list[tuple[Path, dict[str, Any]]], gpus: list[cluster.Gpu], mode: Mode,
+@dataclasses.dataclass(frozen=True)
+class CpuSlot:
+    """One of --jobs N replay slots: a notebook process that sees no GPU (a replay needs none)."""
+
+    index: str
+
+    def __str__(self) -> str:
+        return f"CPU slot {self.index}"
+
+
+def cpu_slots(jobs: int) -> list[CpuSlot]:
+    """--jobs N: N slots; 0 picks the CPU count, at most 4 (each notebook process holds its kernel,
+    pandas and matplotlib: a few hundred MB)."""
+    n = jobs or max(1, min(4, os.cpu_count() or 1))
+    return [CpuSlot(str(i)) for i in range(n)]
+
+
+def run_on_gpus(plans: list[tuple[Path, dict[str, Any]]], gpus: list[cluster.Gpu] | list[CpuSlot], mode: Mode,
                 index: ReportIndex, out_dir: Path, timeout: int) -> None:
     """Local parallel run: one worker per GPU, each notebook in its own process pinned to that GPU
-    (:func:`worker_main`), this process the index's only writer."""
+    (:func:`worker_main`), this process the index's only writer. With CPU slots (--jobs, replay
+    only) each process sees no GPU and its run records the host alone, as a serial replay does."""
     jobs = plan_jobs(plans, [out_dir, REPORTS_DIR / mode.gpu])
     scratch = Path(tempfile.mkdtemp(prefix="attnlab-gpus-"))
     total, count = len(jobs), [0]
@@ -863,8 +882,10 @@ def run_on_gpus(plans: list[tuple[Path, dict[str, Any]]], gpus: list[cluster.Gpu
                 "timeout": timeout, "mode": mode.requested, "gpu": params["gpu"]}
         write_text_atomic(spec_file, json.dumps(spec, default=str))
         start = time.perf_counter()
+        env = (cluster.pinned_environment(gpu) if isinstance(gpu, cluster.Gpu)
+               else {**os.environ, "CUDA_VISIBLE_DEVICES": ""})
         rc, out, err = cluster.run_pinned([sys.executable, "-m", "attnlab.report", "--worker", str(spec_file)],
-                                          cluster.pinned_environment(gpu), cwd=REPO_ROOT)
+                                          env, cwd=REPO_ROOT)
         answer = json.loads(result.read_text()) if result.is_file() else None
         return {"rc": rc, "stderr": err, "answer": answer, "seconds": time.perf_counter() - start}
 
@@ -885,7 +906,8 @@ def run_on_gpus(plans: list[tuple[Path, dict[str, Any]]], gpus: list[cluster.Gpu
                    f"worker process exited with status {result['rc']}: {result['stderr'][-240:]}")
             run = _worker_failure(job.name, params, mode.name, why)
             run.duration_s = (result or {}).get("seconds", 0.0)
-        _stamp(run, {"gpu_index": gpu.index, "gpu_uuid": gpu.uuid})
+        _stamp(run, {"gpu_index": gpu.index, "gpu_uuid": gpu.uuid} if isinstance(gpu, cluster.Gpu)
+               else {"host": _env.host_name()})
         count[0] += 1
         print(f"[{count[0]}/{total}] {job.name} on {gpu}: {_line(run)}", flush=True)
         index.add(out_dir, run)
@@ -1011,6 +1033,16 @@ def _retries(text: str) -> int:
     return value
 
 
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more notebooks at once (0: the CPU count)")
+    return value
+
+
 def run_mode(mode: str, gpu: str) -> Mode:
     """:func:`attnlab.env.resolve_mode`, its user errors turned into :class:`UsageError`."""
     try:
@@ -1070,6 +1102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", nargs="+", metavar="all|INDEX",
                     help="run notebooks in parallel on this host's GPUs ('all', or indices as nvidia-smi "
                          "numbers them: --gpus 0 1), each in its own process pinned to one GPU")
+    ap.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+                    help="replay only: run N notebooks at once on this machine's CPUs (0: the CPU count, "
+                         "at most 4; default 1). A live run times a GPU: use --gpus to spread one")
     ap.add_argument("--cluster", metavar="ADDRESS",
                     help="run each notebook as a Ray task with one GPU on the cluster at ADDRESS ('auto', "
                          "host:6379, ray://host:10001); default: $RAY_ADDRESS when set (needs the 'ray' extra)")
@@ -1090,6 +1125,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.gpus and args.cluster:
             raise UsageError("--gpus runs on this host's GPUs, --cluster on a Ray cluster's: pick one")
+        if args.jobs != 1 and (args.gpus or address):
+            raise UsageError("--jobs runs notebooks side by side on this machine's CPUs: leave it out with "
+                             "--gpus or --cluster, which spread the notebooks themselves")
         books = list_notebooks(args.only)
         overrides = parse_overrides(args.parameter)
         if address:
@@ -1102,6 +1140,12 @@ def main(argv: list[str] | None = None) -> int:
         gpus = None
         if args.gpus:
             gpus, mode = pick_gpus(args.gpus, mode)
+        elif args.jobs != 1 and mode is not None:
+            if mode.live:
+                raise UsageError("--jobs is for replay (notebooks side by side would share the GPU and "
+                                 "skew each other's timings): add --mode replay, or use --gpus to spread a "
+                                 "live run over several GPUs")
+            gpus = cpu_slots(args.jobs)
         plans = []
         for path in books:
             params = {**profile_parameters(args.profile, path.stem), **overrides,
@@ -1112,6 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"profile {args.profile!r}: profile names are lower_snake_case (they name "
                              f"data/results/<gpu>/<profile>/): rename notebooks/profiles/{args.profile}.yaml")
         note = (f"; on the Ray cluster at {address}" if address else
+                f"; {len(gpus)} CPU slot(s) in parallel" if gpus and isinstance(gpus[0], CpuSlot) else
                 f"; {len(gpus)} GPU(s) in parallel ({', '.join(g.index for g in gpus)})" if gpus else "")
         index = ReportIndex(args.profile, overrides, command, args.out, note)
         out_dir = index.folder(mode) if mode is not None and not address else None
