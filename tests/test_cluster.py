@@ -426,6 +426,15 @@ def test_real_notebooks_on_two_fake_gpus_match_a_serial_run(serial_replay, tmp_p
     assert {r["gpu_index"] for r in runs} <= {"0", "1"} and all(r["host"] for r in runs)
 
 
+def test_a_replay_has_no_dependencies_a_live_run_has():
+    """04 reads the tables 01-03 write in a live run, so it follows them; a replay writes no table."""
+    plans = [(report.NOTEBOOKS_DIR / f"{n}.ipynb", {}) for n in ("01_naive", "02_tiling", "04_padding")]
+    live = {j.name: j.after for j in report.plan_jobs(plans, [])}
+    replay = {j.name: j.after for j in report.plan_jobs(plans, [], replay=True)}
+    assert {"01_naive", "02_tiling"} <= live["04_padding"]
+    assert all(not d for d in replay.values()) and set(replay) == set(live)
+
+
 def test_a_negative_jobs_count_is_one_line(capsys):
     with pytest.raises(SystemExit) as exc:
         report.main(["--only", "01", "--jobs=-1"])

@@ -741,9 +741,12 @@ def recorded_durations(folders: list[Path]) -> dict[str, float]:
     return found
 
 
-def plan_jobs(plans: list[tuple[Path, dict[str, Any]]], folders: list[Path]) -> list[cluster.Job]:
-    """One job per notebook: its dependencies and the duration it took last time."""
-    deps = notebook_dependencies([p for p, _ in plans])
+def plan_jobs(plans: list[tuple[Path, dict[str, Any]]], folders: list[Path], *,
+              replay: bool = False) -> list[cluster.Job]:
+    """One job per notebook: its dependencies and the duration it took last time. A replay writes
+    no table (every notebook reads the recorded ones), so its notebooks depend on none another."""
+    deps = ({p.stem: frozenset() for p, _ in plans} if replay else
+            notebook_dependencies([p for p, _ in plans]))
     durations = recorded_durations(folders)
     return [cluster.Job(path.stem, durations.get(path.stem), deps[path.stem], (path, params))
             for path, params in plans]
@@ -871,7 +874,7 @@ def run_on_gpus(plans: list[tuple[Path, dict[str, Any]]], gpus: list[cluster.Gpu
     """Local parallel run: one worker per GPU, each notebook in its own process pinned to that GPU
     (:func:`worker_main`), this process the index's only writer. With CPU slots (--jobs, replay
     only) each process sees no GPU and its run records the host alone, as a serial replay does."""
-    jobs = plan_jobs(plans, [out_dir, REPORTS_DIR / mode.gpu])
+    jobs = plan_jobs(plans, [out_dir, REPORTS_DIR / mode.gpu], replay=not mode.live)
     scratch = Path(tempfile.mkdtemp(prefix="attnlab-gpus-"))
     total, count = len(jobs), [0]
 
@@ -938,7 +941,8 @@ def run_on_cluster(plans: list[tuple[Path, dict[str, Any]]], address: str | None
         num_gpus = 1 if gpus >= 1 else 0
         code = ray.put(cluster.pack(root, CLUSTER_CODE))
         commit, dirty = _env.git_commit(root)
-        jobs = plan_jobs(plans, [Path(args.out).resolve()] if args.out else [REPORTS_DIR / args.gpu])
+        jobs = plan_jobs(plans, [Path(args.out).resolve()] if args.out else [REPORTS_DIR / args.gpu],
+                         replay=args.mode == "replay")
         total, count = len(jobs), [0]
         last_folder: list[Path] = []
 
