@@ -1027,24 +1027,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _retries(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more retries")
-    return value
+def _whole_at_least_0(hint: str):
+    """An argparse type: a whole number >= 0, else a one-line error ending in ``hint``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: {hint}")
+        return value
+    return parse
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more notebooks at once (0: the CPU count)")
-    return value
+_retries = _whole_at_least_0("give 0 or more retries")
+_jobs = _whole_at_least_0("give 1 or more notebooks at once (0: the CPU count)")
 
 
 def run_mode(mode: str, gpu: str) -> Mode:
