@@ -114,6 +114,8 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/ncu_source"))
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--section", action="append", default=[],
+                    help="more ncu sections, e.g. SpeedOfLight, ComputeWorkloadAnalysis, MemoryWorkloadAnalysis")
     args = ap.parse_args()
     if args.worker:
         return worker(parse_launch(args.worker))
@@ -131,7 +133,7 @@ def main() -> int:
         label = label_of(e)
         rep = out / f"{label}.ncu-rep"
         cmd = [exe, "--profile-from-start", "off", "--section", "SourceCounters", "--section", "WarpStateStats",
-               "--section", "LaunchStats", "--import-source", "no", "--export", str(rep), "--force-overwrite",
+               "--section", "LaunchStats", *(x for sec in args.section for x in ("--section", sec)), "--import-source", "no", "--export", str(rep), "--force-overwrite",
                sys.executable, str(Path(__file__).resolve()), "--worker", text]
         res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.timeout)
         print(f"[{label}] ncu status {res.returncode}", flush=True)

@@ -9,6 +9,7 @@ tile of rows (never written) and, for the ladder, shifts every later head by one
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -128,3 +129,33 @@ def test_flash_grid_covers_every_row_once(spec, d, p):
             assert (hits == 1).all(), (f"{spec.name} BM={bm} N={n}: grid.x {grid[0]} leaves "
                                        f"{int((hits == 0).sum())} row(s) unwritten")
             assert (grid[0] - 1) * bm < n, "a row tile lies wholly past N"
+
+
+@pytest.mark.parametrize("bh, n, bm, bn, slots", [(16, 4096, 96, 48, 264), (16, 16384, 96, 48, 264), (1, 1, 64, 64, 528),
+                                                  (3, 200, 96, 48, 5), (1000, 17, 64, 64, 528), (2, 4097, 64, 48, 396)])
+def test_stream_k_schedule_covers_every_iteration_once(bh, n, bm, bn, slots):
+    """10h's persistent grid: every (row block, key tile) iteration belongs to exactly one block;
+    a row block is split only in the Stream-K part, and among at most the blocks the kernel's
+    merge loop visits (attn10h::Schedule.owner)."""
+    from attnlab.attention import stream_k_grid, stream_k_iterations, stream_k_ranges
+    p = dict(BM=bm, BN=bn)
+    blocks = stream_k_grid(bh, n, p, slots)
+    assert 1 <= blocks <= slots
+    t = stream_k_iterations(bh, n, p)
+    hits = np.zeros(t, dtype=int)
+    for ranges in stream_k_ranges(bh, n, p, blocks):
+        for a, b in ranges:
+            hits[a:b] += 1
+    assert (hits == 1).all()
+    L = math.ceil(n / bn)
+    U = bh * math.ceil(n / bm)
+    W = max(0, U // blocks - 1)
+    base, tsk = W * blocks * L, (U - W * blocks) * L
+    for u in range(U):
+        owners = {c for c, ranges in enumerate(stream_k_ranges(bh, n, p, blocks))
+                  for a, b in ranges if a < (u + 1) * L and b > u * L}
+        if u * L < base:
+            assert len(owners) == 1
+        else:   # the kernel's owner(): ((it - base + 1) * P - 1) // Tsk for the first and last tile
+            lo, hi = (((it - base + 1) * blocks - 1) // tsk for it in (u * L, u * L + L - 1))
+            assert owners == set(range(lo, hi + 1))

@@ -63,6 +63,12 @@
 //     Expected effect at D = 128: fewer MIO stalls and more MMAs in flight per warp, aiming at FA2's
 //     345/357 TFLOP/s (FA2 uses the same 32 rows a warp, 8 warps per SM, 64-key S); unmeasured
 //     here (no GPU): time the alternatives listed at the end of this file.
+//  8. (Revision, found with scripts/ncu_source.py and NVRTC 13.0 here.) The ldmatrix addresses are
+//     32-bit shared-space values (smem_u32 once, then ldmatrix_x4_at: 10f's helper) instead of
+//     generic pointers converted at each load. The NVRTC that torch ships (13.0, what CuPy uses on
+//     the GPU machine) kept those pointers 64-bit and spilled 280 bytes at D = 128; nvcc 13.0 did
+//     not, so the static build had hidden it. Measured after the fix (H200, probe): still about
+//     0.7-0.85x SDPA's flash kernel; the rest is 10e's own (see notebook 10's counters).
 // Expected effect of 1.-6. (KC = 32) (SASS, D = 128, bf16, common path of one 64-key tile and one warp, copies and
 // loop included): 10e 682 instructions for 256 HMMA.16816: 96 LDSM.x4 (Q 32, K 32, V 32: 192
 // shared bytes per HMMA), 64 MUFU.EX2, 64 FFMA, 72 FADD, 32 F2FP, 16 LDGSTS, ~80 integer/branch:
@@ -248,7 +254,8 @@ attn_two_row_tiles(const unsigned short* __restrict__ q, const unsigned short* _
     const int lr = lane & 7, li = lane >> 3;
     const int a_lane = (li >> 1) * 128 + (lr + 8 * (li & 1)) * 8;
     const int k_lane = (li & 1) * 128 + (lr + 8 * (li >> 1)) * 8;
-    const unsigned short* sQw = sQ + warp * 2 * 256 + a_lane;  // this warp's two m16 row blocks
+    const unsigned qb = smem_u32(sQ + warp * 2 * 256 + a_lane);  // this warp's two m16 row blocks
+    const unsigned kv_base = smem_u32(sKV);
     constexpr int QB = BM / 16, KB = BN / 16;                   // row blocks per 16 columns
 
     const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units: one FFMA per score
@@ -273,8 +280,8 @@ attn_two_row_tiles(const unsigned short* __restrict__ q, const unsigned short* _
 
         // CAUSAL: a tile entirely above this warp's last row contributes nothing to it.
         if (!CAUSAL || kv0 <= wrow0 + 31) {
-            const unsigned short* sK = sKV + (j % STAGES) * STAGE + k_lane;
-            const unsigned short* sV = sKV + (j % STAGES) * STAGE + BN * D + a_lane;
+            const unsigned kb = kv_base + 2 * ((j % STAGES) * STAGE + k_lane);
+            const unsigned vb = kv_base + 2 * ((j % STAGES) * STAGE + BN * D + a_lane);
 
             float s[2][NTC][4];   // S = Q K^T of one 32-key chunk, both m16 tiles
             unsigned pf[2][KT][4];  // P packed to 16-bit pairs (only two chunks' worth are ever live)
@@ -290,12 +297,12 @@ attn_two_row_tiles(const unsigned short* __restrict__ q, const unsigned short* _
 #pragma unroll
                 for (int ks = 0; ks < DK; ++ks) {
                     unsigned qa[2][4];
-                    ldmatrix_x4(qa[0], sQw + (ks * QB) * 256);
-                    ldmatrix_x4(qa[1], sQw + (ks * QB + 1) * 256);
+                    ldmatrix_x4_at(qa[0], qb, 2 * (ks * QB) * 256);
+                    ldmatrix_x4_at(qa[1], qb, 2 * (ks * QB + 1) * 256);
 #pragma unroll
                     for (int np = 0; np < NTC / 2; ++np) {
                         unsigned r[4];
-                        ldmatrix_x4(r, sK + (ks * KB + c * (KC / 16) + np) * 256);
+                        ldmatrix_x4_at(r, kb, 2 * (ks * KB + c * (KC / 16) + np) * 256);
                         const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
                         mma16816<BF16>(s[0][2 * np], qa[0], b0);
                         mma16816<BF16>(s[0][2 * np + 1], qa[0], b1);
@@ -312,7 +319,7 @@ attn_two_row_tiles(const unsigned short* __restrict__ q, const unsigned short* _
 #pragma unroll
                     for (int dp = 0; dp < DT / 2; ++dp) {
                         unsigned r[4];
-                        ldmatrix_x4_trans(r, sV + (dp * KB + c * KTC + kk) * 256);
+                        ldmatrix_x4_trans_at(r, vb, 2 * (dp * KB + c * KTC + kk) * 256);
                         const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
                         mma16816<BF16>(acc[0][2 * dp], pf[0][c * KTC + kk], b0);
                         mma16816<BF16>(acc[0][2 * dp + 1], pf[0][c * KTC + kk], b1);

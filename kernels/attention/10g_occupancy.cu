@@ -21,6 +21,10 @@
 //     registers at D = 128); 0 re-reads Q's A fragment by ldmatrix at each k-step of S (one more
 //     ldmatrix.x4 per k-step and n-tile pair, at a base register + immediate like the others), which
 //     is what makes 128 registers (MINB = 4) possible at D = 128.
+//  4. (Later, for 10h.) The work on one row block is attn10g::row_block (a range of key tiles
+//     [j0, j1), here always all of them) and the epilogue attn10g::store_rows, so 10h schedules
+//     the same body; and the tile copy also takes blocks whose threads are not a multiple of 8
+//     rows (6 warps at D = 128: the first 128 threads copy). Same instructions at 10g's tiles.
 //  Smaller key tiles cost one barrier and one speculative-softmax vote per BN keys instead of per
 //  64 or 128, and QREG = 0 more shared-memory reads per MMA; notebook 10's scan weighs them.
 //
@@ -35,6 +39,7 @@
 //         dynamic shared memory = (BM + 2*STAGES*BN) * D * 2 bytes (attn_occupancy_smem_bytes),
 //         which needs cudaFuncAttributeMaxDynamicSharedMemorySize above 48 KB.
 // Barriers: as 10d (one after the prologue, one per tile; __syncwarp in the epilogue).
+#pragma once  // 10h builds on this file
 #include "mma.cuh"
 
 namespace attn10g {
@@ -59,12 +64,16 @@ __host__ __device__ constexpr int min_blocks(int D, int threads) {
 // tid moves chunk tid % CPR of rows tid / CPR + i*RPP. RPP is a multiple of 8, so the swizzle key,
 // hence the shared offset step, is the same each pass: the per-thread pointers are computed once
 // and every pass and every tile is a compile-time or warp-uniform offset from them.
+// Only the first COPIERS threads copy: the largest multiple of 8 rows' worth of threads in the
+// block (all of them when THREADS is such a multiple; 128 of 192 with 6 warps at D = 128).
 template <int D, int ROWS, int THREADS>
 struct TileCopy {
     static constexpr int CPR = D / 8;           // 16-byte chunks per row
-    static constexpr int RPP = THREADS / CPR;   // rows per pass
+    static constexpr int COPIERS = THREADS / (8 * CPR) * (8 * CPR);
+    static constexpr int RPP = COPIERS / CPR;   // rows per pass
     static constexpr int PASSES = ROWS / RPP;
-    static_assert(THREADS % CPR == 0 && RPP % 8 == 0 && ROWS % RPP == 0, "tile copy: THREADS must cover 8 rows a pass");
+    static_assert(COPIERS > 0 && ROWS % RPP == 0, "tile copy: the block must cover 8 rows a pass and ROWS a whole number of passes");
+    static __device__ __forceinline__ bool copier() { return COPIERS == THREADS || (int)threadIdx.x < COPIERS; }
     unsigned short* s;        // this thread's first chunk in a tile at smem_base
     const unsigned short* g;  // this thread's first chunk in the tile starting at row 0 of src
     const unsigned short* g0; // row 0 of src: a valid address for zero-filled copies
@@ -78,6 +87,7 @@ struct TileCopy {
     }
     // Tile of rows row0.. of src into the tile at smem_base + dst_off; every row exists.
     __device__ __forceinline__ void full(int dst_off, long long row0) const {
+        if (!copier()) return;
         unsigned short* d = s + dst_off;
         const unsigned short* src = g + row0 * D;
 #pragma unroll
@@ -85,6 +95,7 @@ struct TileCopy {
     }
     // Only rows < rows_valid of the tile exist; the others are zero-filled (source clamped).
     __device__ __forceinline__ void guarded(int dst_off, long long row0, int rows_valid) const {
+        if (!copier()) return;
         unsigned short* d = s + dst_off;
         const unsigned short* src = g + row0 * D;
 #pragma unroll
@@ -95,55 +106,53 @@ struct TileCopy {
     }
 };
 
-}  // namespace attn10g
-
-template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int MINB, int QREG>
-__global__ void __launch_bounds__(WARPS * 32, MINB > 0 ? MINB : attn10g::min_blocks(D, WARPS * 32))
-attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
-           const unsigned short* __restrict__ v, unsigned short* __restrict__ o, int n, float scale) {
-    using namespace attn10g;
+// One block's work on one row block: query rows m0..m0+BM-1 of the head at element offset `head`,
+// key tiles [j0, j1) (the whole range in 10g; 10h also gives it parts of it). The K/V pipeline,
+// S, the speculative softmax and O += P V as in 10f. On return this thread's registers hold its O
+// fragments relative to 2^mus (acc), its partial row sums (l_run) and its two rows' reference
+// points (mus); every cp.async group is retired and every warp is past its last read of the
+// K/V stages (sQ may still be read by this warp's epilogue: barrier before refilling it).
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int QREG>
+static __device__ __forceinline__ void row_block(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+                                                 const unsigned short* __restrict__ v, int n, float scale,
+                                                 long long head, int m0, int j0, int j1, float* smem,
+                                                 float (&acc)[D / 8][4], float (&mus)[2], float (&l_run)[2]) {
     static_assert(D == 32 || D == 64 || D == 128, "head dim 32, 64 or 128");
     static_assert(BM == 16 * WARPS, "each warp owns 16 query rows");
     static_assert(BN % 16 == 0 && BN >= 16, "a K/V tile is a whole number of k16 steps");
     static_assert(STAGES == 2 || STAGES == 3, "2 or 3 K/V stages");
-    static_assert(MINB >= 0 && (QREG == 0 || QREG == 1), "MINB >= 0 blocks per SM; QREG 0 or 1");
+    static_assert(QREG == 0 || QREG == 1, "QREG 0 or 1");
     constexpr int THREADS = 32 * WARPS;
     constexpr int DK = D / 16;   // k16 steps of S = Q K^T
     constexpr int NT = BN / 8;   // n8 tiles of S (keys)
     constexpr int DT = D / 8;    // n8 tiles of O (head dims)
     constexpr int KT = BN / 16;  // k16 steps of O += P V
-    constexpr int CPR = D / 8;   // 16-byte chunks per row
     constexpr int STAGE = 2 * BN * D;          // elements per stage: K tile then V tile
     constexpr float P_BOUND = 256.0f;          // largest p accepted without a rescale (fp16-safe)
 
-    extern __shared__ __align__(16) float smem[];
     unsigned short* sQ = reinterpret_cast<unsigned short*>(smem);  // [BM][D], later the output
     unsigned short* sKV = sQ + BM * D;                             // [STAGES][K [BN][D], V [BN][D]]
 
-    // Causal blocks do more work the further they are from the first row: run those first.
-    const int mblk = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int m0 = mblk * BM;
-    const long long head = head_offset(blockIdx.y, n, D);
-    const unsigned short* kh = k + head;
-    const unsigned short* vh = v + head;
+    // Keys from k0 = j0 * BN on: K and V from that row, nk keys, tiles 0..nt-1 of the range (so
+    // the copies, stages and tail masks are 10g's own with j0 = 0); k0 only enters causal masks.
+    const int k0 = j0 * BN, nk = n - k0, nt = j1 - j0;
+    const unsigned short* kh = k + head + (long long)k0 * D;
+    const unsigned short* vh = v + head + (long long)k0 * D;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     const int wrow0 = m0 + warp * 16;  // the warp's first row; this thread's rows: wrow0+g, wrow0+g+8
 
-    int n_tiles = (n + BN - 1) / BN;
-    if (CAUSAL) n_tiles = min(n_tiles, (m0 + BM + BN - 1) / BN);  // tiles with a key <= the last row
-
-    // Prologue: groups [Q + tile 0], [tile 1], ..., [tile S-2] (empty past the last tile).
+    // Prologue: groups [Q + tile 0], [tile 1], ..., [tile S-2] of the range (empty past its end).
     // K and V of tile jt into stage jt % STAGES (guarded only when the tile passes n).
     const TileCopy<D, BN, THREADS> k_copy(sKV, kh), v_copy(sKV + BN * D, vh);
     auto load_kv = [&](int jt) {
         const int st = (jt % STAGES) * STAGE;
-        if ((jt + 1) * BN <= n) {
+        if ((jt + 1) * BN <= nk) {
             k_copy.full(st, (long long)jt * BN);
             v_copy.full(st, (long long)jt * BN);
         } else {
-            k_copy.guarded(st, (long long)jt * BN, n - jt * BN);
-            v_copy.guarded(st, (long long)jt * BN, n - jt * BN);
+            k_copy.guarded(st, (long long)jt * BN, nk - jt * BN);
+            v_copy.guarded(st, (long long)jt * BN, nk - jt * BN);
         }
     };
     {
@@ -152,7 +161,7 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
     }
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
-        if (st < n_tiles) load_kv(st);
+        if (st < nt) load_kv(st);
         cp_async_commit();
     }
     // Tile 0 and Q have landed (newer groups: tiles 1..S-2); barrier: for every thread's copies.
@@ -190,20 +199,19 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
 
     const float sl2 = scale * 1.4426950408889634f;  // scores in log2 units: one FFMA per score
     float mu[2] = {ATTNLAB_NEG_INF, ATTNLAB_NEG_INF};  // subtracted max (log2 units), -inf: none yet
-    float mus[2] = {0.0f, 0.0f};                       // the same, 0 while -inf (no -inf - -inf)
-    float l_run[2] = {0.0f, 0.0f};                     // per-thread partial row sums
-    float acc[DT][4];
+    mus[0] = mus[1] = 0.0f;                            // the same, 0 while -inf (no -inf - -inf)
+    l_run[0] = l_run[1] = 0.0f;                        // per-thread partial row sums
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
 
-    for (int j = 0; j < n_tiles; ++j) {
-        const int kv0 = j * BN;
+    for (int j = 0; j < nt; ++j) {
+        const int kv0 = j * BN;  // relative to k0
         // Issue tile j+S-1 into the stage of tile j-1 (every warp finished it before the last barrier).
-        if (j + STAGES - 1 < n_tiles) load_kv(j + STAGES - 1);
+        if (j + STAGES - 1 < nt) load_kv(j + STAGES - 1);
         cp_async_commit();
 
         // CAUSAL: a tile entirely above this warp's last row contributes nothing to it.
-        if (!CAUSAL || kv0 <= wrow0 + 15) {
+        if (!CAUSAL || k0 + kv0 <= wrow0 + 15) {
             // This tile's stage: the per-lane bases plus the stage's offset (NX adds each).
             const unsigned st_bytes = 2u * (unsigned)((j % STAGES) * STAGE);
             unsigned kb[NX], vb[NX];
@@ -241,7 +249,7 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
             // Mask: CAUSAL: key col > row (element (nt, r) has col - row = nt*8 + (r&1) - 8*(r>>1) -
             // diff); else key col >= n.
             auto mask = [&]() {
-                const int diff = CAUSAL ? (wrow0 + g) - (kv0 + 2 * t) : n - (kv0 + 2 * t);
+                const int diff = CAUSAL ? (wrow0 + g) - (k0 + kv0 + 2 * t) : nk - (kv0 + 2 * t);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -269,7 +277,7 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
             // sums fail; the first tile always fails, mu = -inf). No row maximum, no shuffles and
             // no rescale on the common path. Only tiles crossing the diagonal / the end pay for
             // the mask; each branch is one straight-line block of MMAs and exponentials.
-            if (CAUSAL ? (kv0 + BN - 1 > wrow0) : (kv0 + BN > n)) {
+            if (CAUSAL ? (k0 + kv0 + BN - 1 > wrow0) : (kv0 + BN > nk)) {
                 qk();
                 mask();
                 exponentiate();
@@ -324,10 +332,18 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
         __syncthreads();
     }
     cp_async_wait<0>();  // only empty groups are left; retire them
+}
 
-    // Epilogue: full row sums over the quad, normalise, stage the warp's 16 rows in its own Q rows
-    // (only this warp ever read them), then 16-byte coalesced stores of the rows < n.
-    unsigned short* sO = sQ + warp * 16 * D;
+// Epilogue: full row sums over the quad, normalise, stage the warp's 16 rows (wrow0..) in its own
+// Q rows of shared memory (only this warp ever read them), then 16-byte coalesced stores of the
+// rows < n.
+template <int D, bool BF16>
+static __device__ __forceinline__ void store_rows(unsigned short* __restrict__ o, int n, long long head, int wrow0,
+                                                  float* smem, const float (&acc)[D / 8][4], const float (&l_run)[2]) {
+    constexpr int DT = D / 8, CPR = D / 8;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    unsigned short* sO = reinterpret_cast<unsigned short*>(smem) + warp * 16 * D;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float l = l_run[h];
@@ -348,6 +364,25 @@ attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __res
             *reinterpret_cast<U4*>(og + r * D + c * 8) = *reinterpret_cast<const U4*>(sO + swz<D>(r, c));
         }
     }
+}
+
+}  // namespace attn10g
+
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int MINB, int QREG>
+__global__ void __launch_bounds__(WARPS * 32, MINB > 0 ? MINB : attn10g::min_blocks(D, WARPS * 32))
+attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+               const unsigned short* __restrict__ v, unsigned short* __restrict__ o, int n, float scale) {
+    static_assert(MINB >= 0, "MINB >= 0 blocks per SM");
+    // Causal blocks do more work the further they are from the first row: run those first.
+    const int mblk = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int m0 = mblk * BM;
+    const long long head = head_offset(blockIdx.y, n, D);
+    int n_tiles = (n + BN - 1) / BN;
+    if (CAUSAL) n_tiles = min(n_tiles, (m0 + BM + BN - 1) / BN);  // tiles with a key <= the last row
+    extern __shared__ __align__(16) float smem[];
+    float acc[D / 8][4], mus[2], l_run[2];
+    attn10g::row_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG>(q, k, v, n, scale, head, m0, 0, n_tiles, smem, acc, mus, l_run);
+    attn10g::store_rows<D, BF16>(o, n, head, m0 + (int)(threadIdx.x / 32) * 16, smem, acc, l_run);
 }
 
 // Dynamic shared memory in bytes for attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, MINB, QREG>.

@@ -76,6 +76,13 @@ class AttentionKernel:
     arch: str | None = None
     #: takes TMA tensor maps of q, k, v (boxes of BM and BN rows) instead of their pointers
     tma: bool = False
+    #: Stream-K (10h): non-causal launches take a persistent grid of one block per resident slot
+    #: (:func:`stream_k_grid`) and the extra arguments B·H, a float32 workspace and int32 counters
+    #: (:func:`stream_k_workspace`); causal launches keep ``launch``'s grid
+    stream_k: bool = False
+    #: spill bytes (stores) the static build may show: 0 for every kernel but 10h, whose header
+    #: says which value it reloads and how often
+    spill_bytes_allowed: int = 0
 
     @property
     def flash(self) -> bool:
@@ -132,6 +139,49 @@ def _fa2_constraint(tuned: bool) -> Callable[[int, Mapping[str, int]], str | Non
             return f"D={d} needs BN % (256·WARPS/D) == 0 and 32·WARPS % D == 0 (got {dict(p)})"
         return None
     return check
+
+
+def _occupancy_constraint(d: int, p: Mapping[str, int]) -> str | None:
+    """10g's tile copy: the first floor(32·WARPS / D)·D threads copy, 8·floor(32·WARPS / D) rows a
+    pass, so BM and BN must be whole numbers of passes."""
+    if p["BM"] != 16 * p["WARPS"]:
+        return f"BM must be 16·WARPS: each warp owns 16 query rows (got {dict(p)})"
+    rows = 8 * (32 * p["WARPS"] // d)
+    if rows == 0 or p["BM"] % rows or p["BN"] % rows or p["BN"] % 16:
+        return (f"D={d} copies 8·floor(32·WARPS/D) rows a pass: BM and BN must be multiples of it and BN of 16 "
+                f"(got {dict(p)})")
+    return None
+
+
+def stream_k_iterations(bh: int, n: int, p: Mapping[str, int]) -> int:
+    """Iterations (row block, key tile) of a Stream-K launch: B·H · ceil(N/BM) · ceil(N/BN)."""
+    return bh * math.ceil(n / p["BM"]) * math.ceil(n / p["BN"])
+
+
+def stream_k_grid(bh: int, n: int, p: Mapping[str, int], slots: int) -> int:
+    """Blocks of a Stream-K launch: one per resident slot (SMs × blocks per SM), never more than
+    there are iterations (every block then has at least one)."""
+    if slots < 1:
+        raise ValueError(f"a Stream-K launch needs at least one resident block slot (got {slots})")
+    return min(slots, stream_k_iterations(bh, n, p))
+
+
+def stream_k_ranges(bh: int, n: int, p: Mapping[str, int], blocks: int) -> list[list[tuple[int, int]]]:
+    """Each block's iteration ranges, as 10h's attn10h::Schedule computes them: W = max(0,
+    floor(U/P) - 1) data-parallel rounds (block c: row block r·P + c, whole), then an equal share
+    [base + c·Tsk/P, base + (c+1)·Tsk/P) of the remaining row blocks' iterations."""
+    L = math.ceil(n / p["BN"])
+    U = bh * math.ceil(n / p["BM"])
+    W = max(0, U // blocks - 1)
+    base, tsk = W * blocks * L, (U - W * blocks) * L
+    return [[((r * blocks + c) * L, (r * blocks + c + 1) * L) for r in range(W)]
+            + [(base + c * tsk // blocks, base + (c + 1) * tsk // blocks)] for c in range(blocks)]
+
+
+def stream_k_workspace(head_dim: int, threads: int, blocks: int, bh: int, n: int, bm: int) -> tuple[int, int]:
+    """(float32 workspace elements, int32 counters) of a Stream-K launch: two parts a block of
+    4·D/8 + 4 floats a thread, and one counter per row block."""
+    return 2 * blocks * (4 * (head_dim // 8) + 4) * threads, bh * math.ceil(n / bm)
 
 
 #: The kernels beyond the seed (08 on): flash-attention structure, one notebook step each.
@@ -230,14 +280,34 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
                 "fragments held or re-read (QREG)",
         precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
         template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "MINB", "QREG"),
-        params=(Param("BM", (32, 64, 128)), Param("BN", (16, 32, 48, 64, 128)), Param("WARPS", (2, 4, 8)),
-                Param("STAGES", (2, 3)), Param("MINB", (0, 2, 3, 4)), Param("QREG", (0, 1))),
+        params=(Param("BM", (32, 64, 96, 128, 192, 256)), Param("BN", (16, 32, 48, 64, 96, 128)),
+                Param("WARPS", (2, 4, 6, 8, 12, 16)), Param("STAGES", (2, 3)), Param("MINB", (0, 1, 2, 3, 4)),
+                Param("QREG", (0, 1))),
         defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1),
                   64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1),
                   128: dict(BM=64, BN=48, WARPS=4, STAGES=2, MINB=3, QREG=1)},
         threads=lambda p: 32 * p["WARPS"],
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]),
-        constraint=_fa2_constraint(True)),
+        constraint=_occupancy_constraint),
+    AttentionKernel(
+        "stream_k", "10h", "attention/10h_stream_k.cu", "attn_stream_k", predecessor="occupancy",
+        summary="10g's row blocks scheduled Stream-K: a persistent grid, equal key tiles per block, split "
+                "row blocks merged by the last block to finish them (no part-empty last wave)",
+        precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
+        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "MINB", "QREG"),
+        params=(Param("BM", (32, 64, 96, 128, 192, 256)), Param("BN", (16, 32, 48, 64, 96, 128)),
+                Param("WARPS", (2, 4, 6, 8, 12, 16)), Param("STAGES", (2, 3)), Param("MINB", (0, 1, 2, 3, 4)),
+                Param("QREG", (0, 1))),
+        # D = 128: blocks of 6 warps (96 rows; two blocks, 12 warps an SM) were faster than 10g's
+        # tiles at N = 16384 on the H200 (scripts/probe_flash.py) and slower at N = 4096, where
+        # their last wave is emptier: the case Stream-K is for. Tiles without spills under the
+        # schedule's extra state (64-key tiles at D = 128 spill 8 bytes)
+        defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1),
+                  64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1),
+                  128: dict(BM=96, BN=48, WARPS=6, STAGES=2, MINB=2, QREG=1)},
+        threads=lambda p: 32 * p["WARPS"],
+        smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 16,
+        constraint=_occupancy_constraint, stream_k=True, spill_bytes_allowed=32),
 )
 
 #: The Hopper step (notebook 11, sm_90a): warpgroup MMAs on TMA-loaded shared memory.
@@ -438,6 +508,7 @@ class LaunchPlan:
     causal: bool
     block: int
     smem_bytes: int
+    slots: int = 0              # Stream-K kernels: resident blocks on this GPU (SMs x blocks per SM)
 
     @property
     def tile_rows(self) -> int:
@@ -448,6 +519,8 @@ class LaunchPlan:
         return self.params.get("tile_kv", 0)
 
     def grid(self, bh: int, n: int) -> tuple[int, int, int]:
+        if self.spec.stream_k and not self.causal:
+            return (stream_k_grid(bh, n, self.params, self.slots), 1, 1)
         return self.spec.launch(bh, n, self.head_dim, self.params)[0]
 
 
@@ -505,7 +578,12 @@ def get_kernel(name: str, head_dim: int, tile_rows: int | None = None, tile_kv: 
             if spec.flash:
                 # ask for the largest shared-memory carveout: two big tiles per SM need it all
                 kernel.preferred_shared_memory_carveout = 100
-        plan = LaunchPlan(spec, kernel, head_dim, p, where, dtype, causal, block, smem)
+        slots = 0
+        if spec.stream_k:
+            import cupy as cp
+            from .occupancy import driver_blocks
+            slots = driver_blocks(kernel, block, smem) * cp.cuda.Device().attributes["MultiProcessorCount"]
+        plan = LaunchPlan(spec, kernel, head_dim, p, where, dtype, causal, block, smem, slots)
         _PLANS[key] = plan
     elif plan.tiles_from != where:
         plan = LaunchPlan(**{**plan.__dict__, "tiles_from": where})
@@ -553,6 +631,9 @@ def prepare_attention(name: str, q, k, v, tile_rows: int | None = None, tile_kv:
     else:
         qkv = [qc, kc, vc]
     args = (*qkv, oc, np.int32(N), np.float32(scale))
+    if spec.stream_k:   # B·H, the workspace for split row blocks and their counters (zero; each merge re-zeroes its own)
+        ws_floats, n_counters = stream_k_workspace(D, plan.block, grid[0] if not causal else 1, B * H, N, plan.params["BM"])
+        args += (np.int32(B * H), cp.empty(ws_floats, dtype=cp.float32), cp.zeros(n_counters, dtype=cp.int32))
     kernel, block, smem = plan.kernel, (plan.block,), plan.smem_bytes
 
     def launch():

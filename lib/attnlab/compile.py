@@ -75,9 +75,29 @@ def compile_options(defines: Mapping[str, Any] | None = None, source_dir: Path |
     return (CXX_STANDARD, *(f"-I{d}" for d in dirs), f"-I{KERNELS_DIR}", *define_options(defines))
 
 
+_INCLUDE_CU = re.compile(r'^\s*#\s*include\s+"([^"]+\.cu)"', re.MULTILINE)
+
+
+def included_kernels(path: Path) -> list[Path]:
+    """Kernel files (.cu) that ``path`` includes from its own folder, transitively (10h builds on
+    10g's row-block body), in include order."""
+    out: list[Path] = []
+    todo = [path]
+    while todo:
+        for name in _INCLUDE_CU.findall(todo.pop().read_text()):
+            dep = path.parent / name
+            if dep.is_file() and dep not in out and dep != path:
+                out.append(dep)
+                todo.append(dep)
+    return out
+
+
 def source_fingerprint(path: Path) -> str:
-    """Hash of a kernel file and every header under kernels/, so editing common.cuh recompiles."""
+    """Hash of a kernel file, the kernel files it includes and every header under kernels/, so
+    editing common.cuh (or 10g, for 10h) recompiles."""
     digest = hashlib.sha256(path.read_bytes())
+    for dep in included_kernels(path):
+        digest.update(dep.read_bytes())
     for header in sorted(KERNELS_DIR.rglob("*.cuh")):
         digest.update(header.read_bytes())
     return digest.hexdigest()[:16]
@@ -138,8 +158,10 @@ def load_kernel(source: str | Path, function: str, template_args: Sequence[Any] 
         kernel = _load_arch_specific(path, source, expression, options, arch)
         _CACHE[key] = kernel
         return kernel
-    module = cp.RawModule(code=path.read_text(), options=options,
-                          name_expressions=[expression] if template_args else None)
+    # CuPy's on-disk cache keys on the source text and options, not on what it includes: the
+    # fingerprint as a trailing comment (no line numbers move) makes an edited header recompile
+    code = path.read_text() + f"\n// attnlab sources {source_fingerprint(path)}\n"
+    module = cp.RawModule(code=code, options=options, name_expressions=[expression] if template_args else None)
     try:
         module.compile()
         kernel = module.get_function(expression)

@@ -328,7 +328,17 @@ inline void emu_check_named_barriers(const EmuBlock& blk) {
         }
 }
 
-// Run grid blocks in turn (x fastest), each with `threads` CUDA threads (fibers) executing `kernel`.
+// Device-wide atomics and fences (kernels/attention/10h: blocks hand parts of a row block to the
+// last one to finish it). Blocks run one after another here, so an atomic is a plain
+// read-modify-write and a fence orders nothing further; which block comes last is what varies,
+// and emu_reverse_blocks runs a grid's blocks in the opposite order to cover both.
+inline int atomicAdd(int* p, int x) { const int old = *p; *p = old + x; return old; }
+inline void __threadfence() {}
+inline float __ldcg(const float* p) { return *p; }
+inline bool emu_reverse_blocks = false;
+
+// Run grid blocks in turn (x fastest; last first with emu_reverse_blocks), each with `threads`
+// CUDA threads (fibers) executing `kernel`.
 inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
     if (threads % 32 != 0 || smem_bytes > sizeof(smem)) {
         std::fprintf(stderr, "bad launch: %u threads, %zu bytes of shared memory\n", threads, smem_bytes);
@@ -347,7 +357,7 @@ inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const st
         for (unsigned t = 0; t < threads; ++t) {
             ts[t] = EmuThread{};
             ts[t].tid = dim3{t, 0, 0};
-            ts[t].bid = emu_block_index(grid, b);
+            ts[t].bid = emu_block_index(grid, emu_reverse_blocks ? nblocks - 1 - b : b);
             ts[t].block = &blk;
             users[t] = &ts[t];
         }
