@@ -88,7 +88,10 @@ def test_verdict_sentences_follow_the_numbers():
     t = flash.verdict_table([flash.verdict("speed", 0.86, 1.0), flash.verdict("error", 1e-6, 2e-6, higher_is_better=False),
                              flash.verdict("other", float("nan"), 1.0)])
     text = flash.describe_verdicts(t, "source line").splitlines()
-    assert "0.86 against the required ≥ 1 — **missed** (86% of the target)" in text[0]
+    assert "0.86 against the required ≥ 1 — **missed** (86.0 % of the target)" in text[0]
+    # a near miss never rounds up to the target
+    near = flash.describe_verdicts(flash.verdict_table([flash.verdict("speed", 0.99968, 1.0)]), "s").splitlines()[0]
+    assert "0.9997 against" in near and "(99.9 % of the target)" in near
     assert "1e-06 against the required ≤ 2e-06 — **met**" in text[1]
     assert "not measured" in text[2] and "met" not in text[2]
     assert text[-1] == "_source line_"

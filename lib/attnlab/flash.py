@@ -9,6 +9,7 @@ Ratios are written ``x_<reference>`` = reference time / kernel time: above 1 the
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -369,8 +370,14 @@ def describe_loaded(cmp: pd.DataFrame) -> str:
     compiler = ", ".join(sorted(set(cmp["compiler"].astype(str))))
     bad = cmp[(cmp["local_bytes"] > 0) & ~(cmp["static_spill_bytes"] > 0)]
     if bad.empty:
-        return (f"As loaded ({compiler}), no kernel uses local memory: the static build's register and "
-                f"spill figures hold for what runs.")
+        spill = cmp[cmp["local_bytes"] > 0]
+        if spill.empty:
+            return (f"As loaded ({compiler}), no kernel uses local memory: the static build's register and "
+                    f"spill figures hold for what runs.")
+        items = "; ".join(f"{r.kernel} D={r.D}{' causal' if r.causal else ''}: {r.local_bytes} B "
+                          f"(static build: {r.static_spill_bytes} B of spill stores)" for r in spill.itertuples())
+        return (f"As loaded ({compiler}), {len(spill)} of {len(cmp)} kernel variants use local memory, and the "
+                f"static build spills in each of them too — {items}. Every other variant uses none.")
     items = "; ".join(f"{r.kernel} D={r.D}{' causal' if r.causal else ''}: {r.local_bytes} B of local memory "
                       f"at {r.registers} registers (static build: {r.static_registers}, no spills)"
                       for r in bad.itertuples())
@@ -453,8 +460,10 @@ def describe_verdicts(table: pd.DataFrame, source: str) -> str:
         elif r.status == "met":
             lines.append(f"- **{r.target}**: {r.value:.3g} against the required {r.required} — **met**.")
         else:
-            lines.append(f"- **{r.target}**: {r.value:.3g} against the required {r.required} — **missed** "
-                         f"({r.margin:.0%} of the target).")
+            # a miss never reads as "100 % of the target": floor the share at one decimal
+            share = math.floor(r.margin * 1000) / 10
+            lines.append(f"- **{r.target}**: {r.value:.4g} against the required {r.required} — **missed** "
+                         f"({share:.1f} % of the target).")
     return "\n".join(lines) + f"\n\n_{source}_"
 
 

@@ -512,7 +512,7 @@ KEY_RESULTS: dict[str, str] = {
                           "TFLOP/s, {pct_fma_peak_d128_n4096:.0f} % of the FMA peak)",
     "09_tf32_tensor_cores": "3xTF32 at least {x_sdpa_fp32_min_3xtf32:.2f}× SDPA fp32, worst error "
                             "{worst_rel_err_3xtf32:.1e}",
-    "10_flash_bf16": "at least {x_sdpa_flash_min:.2f}× SDPA flash; {x_cudnn_d128_n16384:.2f}× cuDNN at D=128, "
+    "10_flash_bf16": "at least {x_sdpa_flash_min:.3f}× SDPA flash; {x_cudnn_d128_n16384:.3f}× cuDNN at D=128, "
                      "N=16384",
     "11_hopper_wgmma": "at least {x_cudnn_d128_min:.2f}× cuDNN at D=128; {tflops_d128_n16384:.0f} TFLOP/s at "
                        "N=16384",
