@@ -306,7 +306,10 @@ def test_static_build_sm90(source):
         assert 0 < rep.registers <= 255, f"{name}: {rep.registers} registers"
         bf16 = rep.template_args[4]
         assert (MMA_BF16 if bf16 else MMA_F16) in rep.ptx, f"{name}: no m16n8k16 mma in the PTX"
+        causal = rep.template_args[5]
         for needle in needles:
+            if needle == "atom.global.add" and causal:
+                continue   # 10h: causal launches keep 10g's grid, no split row blocks to count
             assert needle in rep.ptx, f"{name}: no {needle} in the PTX"
         if source.startswith(("10d", "10f")):
             D, bm, bn, w = rep.template_args[:4]
