@@ -184,6 +184,16 @@ def stream_k_workspace(head_dim: int, threads: int, blocks: int, bh: int, n: int
     return 2 * blocks * (4 * (head_dim // 8) + 4) * threads, bh * math.ceil(n / bm)
 
 
+#: What 10g and 10h share: the same row-block body (attn10g::row_block), template and parameters.
+_ROW_BLOCK_KERNEL: dict[str, Any] = dict(
+    precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
+    template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "MINB", "QREG"),
+    params=(Param("BM", (32, 64, 96, 128, 192, 256)), Param("BN", (16, 32, 48, 64, 96, 128)),
+            Param("WARPS", (2, 4, 6, 8, 12, 16)), Param("STAGES", (2, 3)), Param("MINB", (0, 1, 2, 3, 4)),
+            Param("QREG", (0, 1))),
+    threads=lambda p: 32 * p["WARPS"], constraint=_occupancy_constraint)
+
+
 #: The kernels beyond the seed (08 on): flash-attention structure, one notebook step each.
 FLASH_KERNELS: tuple[AttentionKernel, ...] = (
     AttentionKernel(
@@ -278,26 +288,16 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
         "occupancy", "10g", "attention/10g_occupancy.cu", "attn_occupancy", predecessor="fixed_offsets",
         summary="10f with registers sized for 12-16 warps per SM at D=128 (MINB), smaller key tiles, Q "
                 "fragments held or re-read (QREG)",
-        precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
-        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "MINB", "QREG"),
-        params=(Param("BM", (32, 64, 96, 128, 192, 256)), Param("BN", (16, 32, 48, 64, 96, 128)),
-                Param("WARPS", (2, 4, 6, 8, 12, 16)), Param("STAGES", (2, 3)), Param("MINB", (0, 1, 2, 3, 4)),
-                Param("QREG", (0, 1))),
+        **_ROW_BLOCK_KERNEL,
         defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1),
                   64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1),
                   128: dict(BM=64, BN=48, WARPS=4, STAGES=2, MINB=3, QREG=1)},
-        threads=lambda p: 32 * p["WARPS"],
-        smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]),
-        constraint=_occupancy_constraint),
+        smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"])),
     AttentionKernel(
         "stream_k", "10h", "attention/10h_stream_k.cu", "attn_stream_k", predecessor="occupancy",
         summary="10g's row blocks scheduled Stream-K: a persistent grid, equal key tiles per block, split "
                 "row blocks merged by the last block to finish them (no part-empty last wave)",
-        precision="16-bit", dtypes=(BFLOAT16, FLOAT16), vector_loads=True, causal=True, min_cc=80, rel_tol=1e-2,
-        template=("D", "BM", "BN", "WARPS", "BF16", "CAUSAL", "STAGES", "MINB", "QREG"),
-        params=(Param("BM", (32, 64, 96, 128, 192, 256)), Param("BN", (16, 32, 48, 64, 96, 128)),
-                Param("WARPS", (2, 4, 6, 8, 12, 16)), Param("STAGES", (2, 3)), Param("MINB", (0, 1, 2, 3, 4)),
-                Param("QREG", (0, 1))),
+        **_ROW_BLOCK_KERNEL,
         # D = 128: blocks of 6 warps (96 rows; two blocks, 12 warps an SM) were faster than 10g's
         # tiles at N = 16384 on the H200 (scripts/probe_flash.py) and slower at N = 4096, where
         # their last wave is emptier: the case Stream-K is for. Tiles without spills under the
@@ -305,9 +305,8 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
         defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1),
                   64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1),
                   128: dict(BM=96, BN=48, WARPS=6, STAGES=2, MINB=2, QREG=1)},
-        threads=lambda p: 32 * p["WARPS"],
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 16,
-        constraint=_occupancy_constraint, stream_k=True, spill_bytes_allowed=32),
+        stream_k=True, spill_bytes_allowed=32),
 )
 
 #: The Hopper step (notebook 11, sm_90a): warpgroup MMAs on TMA-loaded shared memory.
