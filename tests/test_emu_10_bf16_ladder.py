@@ -300,7 +300,7 @@ def test_static_build_sm90(source):
     insts = _instantiations(source)
     for rep in static_build(f"attention/{source}", function, insts, arch="sm_90"):
         name = rep.name
-        allowed = 32 if source.startswith("10h") else 0   # the registry's spill_bytes_allowed (10h's header says why)
+        allowed = 64 if source.startswith("10h") else 0   # the registry's spill_bytes_allowed (10h's header says why)
         assert rep.spill_store_bytes <= allowed and rep.stack_bytes <= allowed, \
             f"{name}: spills ({rep.spill_store_bytes} B stored, stack {rep.stack_bytes} B; {allowed} B allowed)"
         assert 0 < rep.registers <= 255, f"{name}: {rep.registers} registers"
@@ -340,6 +340,6 @@ def test_nvrtc_build(source, monkeypatch, tmp_path):
     insts = [i for i in _instantiations(source) if i[0] in (64, 128) and i[1:4] == tiles][:4]
     assert insts, f"no NVRTC instantiation of {source} with tiles {tiles}"
     for rep in st.static_build(f"attention/{source}", function, insts, arch="sm_90"):
-        allowed = 32 if source.startswith("10h") else 0
+        allowed = 64 if source.startswith("10h") else 0
         assert rep.registers > 0 and rep.spill_store_bytes <= allowed, f"{rep.name}: {rep.registers} registers, spills"
         assert (MMA_BF16 if rep.template_args[4] else MMA_F16) in rep.ptx

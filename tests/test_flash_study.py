@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from attnlab import flash
+from attnlab.attention import get_spec
 from attnlab.attention import KERNELS
 from attnlab.results import select_requested
 
@@ -71,7 +72,8 @@ FLASH = sorted(n for n, s in KERNELS.items() if s.flash)
 def test_every_flash_instantiation_builds_without_spills():
     table = flash.static_table(FLASH, archs=("sm_75", "sm_90"))   # sm_75 only for kernels without min_cc
     assert len(table) > 0 and (table["registers"] > 0).all()
-    assert (table["spill_bytes"] == 0).all(), table[table["spill_bytes"] > 0]
+    allowed = table["kernel"].map(lambda k: get_spec(k).spill_bytes_allowed)   # 10h: its header says why
+    assert (table["spill_bytes"] <= allowed).all(), table[table["spill_bytes"] > allowed]
     for name in FLASH:
         t = table[table["kernel"] == name]
         precision = KERNELS[name].precision

@@ -155,7 +155,7 @@ def _occupancy_constraint(d: int, p: Mapping[str, int]) -> str | None:
 
 def stream_k_iterations(bh: int, n: int, p: Mapping[str, int]) -> int:
     """Iterations (row block, key tile) of a Stream-K launch: B·H · ceil(N/BM) · ceil(N/BN)."""
-    return bh * math.ceil(n / p["BM"]) * math.ceil(n / p["BN"])
+    return bh * ((n + p["BM"] - 1) // p["BM"]) * ((n + p["BN"] - 1) // p["BN"])
 
 
 def stream_k_grid(bh: int, n: int, p: Mapping[str, int], slots: int) -> int:
@@ -170,8 +170,8 @@ def stream_k_ranges(bh: int, n: int, p: Mapping[str, int], blocks: int) -> list[
     """Each block's iteration ranges, as 10h's attn10h::Schedule computes them: W = max(0,
     floor(U/P) - 1) data-parallel rounds (block c: row block r·P + c, whole), then an equal share
     [base + c·Tsk/P, base + (c+1)·Tsk/P) of the remaining row blocks' iterations."""
-    L = math.ceil(n / p["BN"])
-    U = bh * math.ceil(n / p["BM"])
+    L = (n + p["BN"] - 1) // p["BN"]
+    U = bh * ((n + p["BM"] - 1) // p["BM"])
     W = max(0, U // blocks - 1)
     base, tsk = W * blocks * L, (U - W * blocks) * L
     return [[((r * blocks + c) * L, (r * blocks + c + 1) * L) for r in range(W)]
@@ -306,7 +306,7 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
                   64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1),
                   128: dict(BM=96, BN=48, WARPS=6, STAGES=2, MINB=2, QREG=1)},
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 16,
-        stream_k=True, spill_bytes_allowed=32),
+        stream_k=True, spill_bytes_allowed=64),
 )
 
 #: The Hopper step (notebook 11, sm_90a): warpgroup MMAs on TMA-loaded shared memory.
