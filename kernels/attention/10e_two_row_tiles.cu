@@ -67,8 +67,8 @@
 //     32-bit shared-space values (smem_u32 once, then ldmatrix_x4_at: 10f's helper) instead of
 //     generic pointers converted at each load. The NVRTC that torch ships (13.0, what CuPy uses on
 //     the GPU machine) kept those pointers 64-bit and spilled 280 bytes at D = 128; nvcc 13.0 did
-//     not, so the static build had hidden it. Measured after the fix (H200, probe): still about
-//     0.7-0.85x SDPA's flash kernel; the rest is 10e's own (see notebook 10's counters).
+//     not, so the static build had hidden it. After the fix 10e is still well behind SDPA's flash
+//     kernel (notebook 10's ladder table); the rest is 10e's own (its counters there).
 // Expected effect of 1.-6. (KC = 32) (SASS, D = 128, bf16, common path of one 64-key tile and one warp, copies and
 // loop included): 10e 682 instructions for 256 HMMA.16816: 96 LDSM.x4 (Q 32, K 32, V 32: 192
 // shared bytes per HMMA), 64 MUFU.EX2, 64 FFMA, 72 FADD, 32 F2FP, 16 LDGSTS, ~80 integer/branch:

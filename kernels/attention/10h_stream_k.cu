@@ -29,16 +29,16 @@
 //     resident and still finish.
 //  4. Locality. Blocks resident together must read neighbouring heads' K/V, or L2 stops holding
 //     them: a pure Stream-K split over all row blocks (every block at its own place in the
-//     sequence) measured 8 % slower than 10g at N = 16384 (all 16 heads' K/V in flight, more than
-//     L2 holds) while it won at N = 4096. So the first floor(U/P) - 1 rounds of the U row blocks
+//     sequence) measured slower than 10g at N = 16384 in a probe (all 16 heads' K/V in flight,
+//     more than L2 holds) while it won at N = 4096. So the first floor(U/P) - 1 rounds of the U row blocks
 //     are data-parallel in grid order (round r: block c takes row block r*P + c, whole) and only
 //     the rest, one to two rounds' worth, is split (attn10h::Schedule).
 //  5. Registers. The body needs 168 at D = 128 (two blocks of 6 warps an SM). The schedule's own
 //     state is kept in shared memory across a row block and recomputed from the kernel
 //     parameters after it; even so ptxas keeps one of the body's V base addresses in local
-//     memory (nvcc 13.0 and NVRTC 13.0 report 40-56 spilled bytes at sm_90): one 4-byte reload
-//     per key tile on the common path (the registry allows 64 bytes for this kernel, nothing for
-//     the others).
+//     memory (a few dozen spilled bytes in the static build; notebook 10 shows the figure): one
+//     4-byte reload per key tile on the common path (the registry allows 64 bytes for this
+//     kernel, nothing for the others).
 //  6. Causal launches keep 10g's grid (one block per row block, heaviest first): their row blocks
 //     differ in length, and 10g already beats the library there.
 //

@@ -300,8 +300,8 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
         **_ROW_BLOCK_KERNEL,
         # D = 128: blocks of 6 warps (96 rows; two blocks, 12 warps an SM) were faster than 10g's
         # tiles at N = 16384 on the H200 (scripts/probe_flash.py) and slower at N = 4096, where
-        # their last wave is emptier: the case Stream-K is for. Tiles without spills under the
-        # schedule's extra state (64-key tiles at D = 128 spill 8 bytes)
+        # their last wave is emptier: the case Stream-K is for. 48-key tiles at D = 128: 64-key
+        # ones spill more under the schedule's extra state (spill_bytes_allowed)
         defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1),
                   64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1),
                   128: dict(BM=96, BN=48, WARPS=6, STAGES=2, MINB=2, QREG=1)},
