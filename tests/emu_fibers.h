@@ -2,7 +2,11 @@
 // tests/delta_emu/cuda_emu.h): every CUDA thread of a launch is a fiber with its own stack, all
 // run by the calling OS thread. A fiber runs until it must wait (a barrier whose generation has
 // not turned) and then yields to the next; the scheduler visits the live fibers round-robin in
-// thread order, so a run is deterministic.
+// thread order, so a run is deterministic. With EMU_FIBER_ORDER=eager in the environment it
+// instead always resumes the lowest-numbered fiber that can go on: warp 0 runs to the block's
+// next barrier before warp 1 starts, so a copy one warp lands in shared memory before another
+// warp has read what was there (a race the round-robin order hides, its warps moving in step
+// from one warp-level operation to the next) shows in the output.
 //
 // Why not one OS thread per CUDA thread (what the models did before): every warp-level operation
 // (shuffle, ldmatrix, mma) is a barrier over 32 threads, and with hundreds of OS threads on two
@@ -153,6 +157,10 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
         f.user = users[i];
         emu_fiber_prepare(f);
     }
+    static const bool eager = [] {
+        const char* e = std::getenv("EMU_FIBER_ORDER");
+        return e != nullptr && e[0] == 'e';
+    }();
     unsigned live = n;
     while (live > 0) {
         const unsigned long before = emu_fiber_progress;
@@ -160,6 +168,7 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
         for (unsigned i = 0; i < n; ++i) {
             EmuFiber& f = emu_fibers[i];
             if (f.done) continue;
+            if (eager && emu_fiber_progress != before) break;   // someone lower may go on now: from fiber 0 again
             emu_fiber_cur = &f;
 #if EMU_FIBER_ASAN
             void* fake = nullptr;

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnlab.attention import stream_k_plain
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
 from attnlab.reference import attention_fp64, default_scale, rel_error
 
@@ -93,12 +94,25 @@ def _qreg(cfg: tuple) -> int:
     return list(CONFIGS).index(cfg) % 2
 
 
+def _fill(cfg: tuple) -> int:
+    """10h's FILL for a configuration (the launch choice: 10g's plain grid when its rounds over the
+    slots are at least FILL % full): 100, 90 and 0 in turn over CONFIGS, so that with 1 to 7
+    slots both grids run."""
+    return (100, 90, 0)[list(CONFIGS).index(cfg) % 3]
+
+
 def _sk_env(cfg: tuple, shape: tuple) -> dict:
     """10h's persistent grid on the model: 1 to 7 blocks (so row blocks are split into parts at
     different places, or not at all), and every other case with the blocks in reverse order (so
-    each part of a split row block is, in some case, the one that arrives last and merges)."""
+    each part of a split row block is, in some case, the one that arrives last and merges). One
+    case in three runs the threads in the eager order (tests/emu_fibers.h: each warp runs to the
+    next block barrier before the next warp starts, so a copy that lands in shared memory before
+    another warp has read what it overwrites changes the output)."""
     i = CASES.index((cfg, shape))
-    return dict(os.environ, EMU_SK_BLOCKS=str(1 + (3 * i) % 7), EMU_REVERSE=str(i % 2))
+    env = dict(os.environ, EMU_SK_BLOCKS=str(1 + (3 * i) % 7), EMU_REVERSE=str(i % 2))
+    if i % 3 == 1:
+        env["EMU_FIBER_ORDER"] = "eager"
+    return env
 
 
 def _id(case):
@@ -147,7 +161,7 @@ def build(tmp_path_factory):
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "ladder_emu.h"),
                    f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_BM={bm}", f"-DEMU_BN={bn}", f"-DEMU_WARPS={w}",
                    f"-DEMU_BF16={int(bf16)}", f"-DEMU_CAUSAL={int(causal)}", f"-DEMU_STAGES={st}", f"-DEMU_KC={_kc(cfg)}",
-                   f"-DEMU_QREG={_qreg(cfg)}",
+                   f"-DEMU_QREG={_qreg(cfg)}", f"-DEMU_FILL={_fill(cfg)}",
                    str(EMU_DIR / "harness_10.cpp"), "-o", str(exe)]
             res = emu_build.run(cmd)
             assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
@@ -213,9 +227,13 @@ def test_flash_ladder_on_cpu_model(case, build, tmp_path):
         tol = 2.0 ** -8 if bf16 else 2.0 ** -10
         err = rel_error(outs["stream_k"][valid], outs["occupancy"][valid])
         assert err < tol, f"stream_k differs from occupancy: relative difference {err:.2e}"
-        if _sk_env(cfg, (B, H, N, kind))["EMU_SK_BLOCKS"] == "1" or causal:
+        slots = int(_sk_env(cfg, (B, H, N, kind))["EMU_SK_BLOCKS"])
+        plain = causal or stream_k_plain(B * H, N, dict(BM=bm, FILL=_fill(cfg)), slots)
+        if not causal:   # the model's launch choice (attn_stream_k_plain) is the launcher's
+            assert f"stream_k plain={int(plain)}" in res.stdout, res.stdout
+        if slots == 1 or plain:
             assert np.array_equal(outs["stream_k"], outs["occupancy"], equal_nan=True), \
-                "stream_k on one block (or causal: 10g's grid) is not bit-identical to occupancy"
+                "stream_k on one block, or on 10g's plain grid (causal, FILL), is not bit-identical to occupancy"
     if six_warps:
         return
     if not two_rows:

@@ -159,3 +159,20 @@ def test_stream_k_schedule_covers_every_iteration_once(bh, n, bm, bn, slots):
         else:   # the kernel's owner(): ((it - base + 1) * P - 1) // Tsk for the first and last tile
             lo, hi = (((it - base + 1) * blocks - 1) // tsk for it in (u * L, u * L + L - 1))
             assert owners == set(range(lo, hi + 1))
+
+
+@pytest.mark.parametrize("bh, n, bm, slots, fill, plain", [
+    (16, 4096, 64, 528, 90, True),      # D = 64 at B·H = 16: 1024 row blocks in 2 rounds of 528, 97 % full
+    (16, 4096, 96, 264, 90, False),     # D = 128: 688 in 3 rounds of 264, 87 % full
+    (16, 16384, 96, 264, 95, False),    # 2736 in 11 rounds of 264: 94.2 %
+    (16, 16384, 96, 264, 90, True),
+    (2, 528 * 64, 64, 528, 100, True),  # exactly full rounds: nothing to balance
+    (1, 1, 64, 528, 50, False),         # one row block on 528 slots: split its keys
+    (16, 4096, 64, 528, 0, True)])      # FILL = 0: always the plain grid
+def test_stream_k_takes_the_plain_grid_when_rounds_are_nearly_full(bh, n, bm, slots, fill, plain):
+    """10h's launch choice (attn_stream_k_plain in its source, stream_k_plain here): 10g's grid
+    when a plain grid's rounds are at least FILL % full, else the persistent Stream-K grid."""
+    from attnlab.attention import stream_k_plain
+    assert stream_k_plain(bh, n, dict(BM=bm, FILL=fill), slots) is plain
+    U = bh * math.ceil(n / bm)
+    assert plain == (100 * U >= fill * math.ceil(U / slots) * slots)

@@ -264,3 +264,61 @@ def test_summarize_rejects_bad_samples():
         with pytest.raises(ValueError):
             summarize(bad)
     assert np.isnan(timing.Timing(0.0, 0.0, 0.0, 0.0, 0.0, 1, False).rel_iqr)
+
+
+# ----------------------------------------------------------------------------- interleaved timing
+
+class DriftingDevice(FakeDevice):
+    """A device that slows down as it runs (clocks settling under load): a call started at time
+    t (ms) takes base * (1 + t / 1000)."""
+
+    def __init__(self) -> None:
+        super().__init__(itertools.repeat(0.0), flush_ms=0.5)
+
+    def kernel_of(self, name: str, base: float):
+        def fn():
+            self.calls += 1
+            self.log.append(name)
+            self.now += Fraction(base) * (1 + self.now / 1000)
+        return fn
+
+
+def test_interleaved_samples_rotate_and_flush_outside_the_events():
+    dev = DriftingDevice()
+    fns = {"a": dev.kernel_of("a", 1.0), "b": dev.kernel_of("b", 1.0), "c": dev.kernel_of("c", 1.0)}
+    t = timing.time_gpu_interleaved(fns, backend=dev, warmup=1, min_repeats=6, max_repeats=6, rounds=3)
+    assert set(t) == {"a", "b", "c"} and all(x.repeats == 6 for x in t.values())
+    body = [e for e in dev.log[dev.log.index("sync") + 1:] if e != "sync"]
+    calls = [e for e in body if e in fns]
+    # one sample of each per round, the order rotating by one from round to round
+    rounds = [calls[i:i + 3] for i in range(0, len(calls), 3)]
+    assert rounds[:4] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert all(body[i:i + 4][:2] == ["flush", "record"] for i in range(0, len(body), 4))
+
+
+def test_interleaving_cancels_drift_that_sequential_timing_reads_as_a_difference():
+    # Two identical kernels on a device that slows down 0.1 % per millisecond of work.
+    dev = DriftingDevice()
+    seq = [time_gpu(dev.kernel_of(name, 1.0), backend=dev, budget_s=0.05, min_repeats=20, max_repeats=20)
+           for name in ("a", "b")]
+    assert seq[1].median_ms / seq[0].median_ms > 1.02          # the second looks > 2 % slower
+    dev = DriftingDevice()
+    t = timing.time_gpu_interleaved({"a": dev.kernel_of("a", 1.0), "b": dev.kernel_of("b", 1.0)}, backend=dev,
+                                    budget_s=0.05, min_repeats=20, max_repeats=20)
+    assert abs(t["b"].median_ms / t["a"].median_ms - 1) < 0.002   # the same, as they are
+
+
+def test_interleaved_stopping_rules():
+    dev = DriftingDevice()
+    fast = {"a": dev.kernel_of("a", 0.001), "b": dev.kernel_of("b", 0.002)}
+    t = timing.time_gpu_interleaved(fast, backend=dev, min_repeats=10, rounds=5)
+    assert all(x.repeats == 10 and x.converged for x in t.values())   # converged at the first check past 10
+    assert t["b"].median_ms == pytest.approx(2 * t["a"].median_ms, rel=1e-3)
+    dev = DriftingDevice()
+    slow = {"a": dev.kernel_of("a", 400.0)}                          # longer than the budget: 5 rounds at least
+    t = timing.time_gpu_interleaved(slow, backend=dev, budget_s=0.5, min_repeats=10, rounds=5)
+    assert t["a"].repeats == 5
+    with pytest.raises(ValueError):
+        timing.time_gpu_interleaved({}, backend=dev)
+    with pytest.raises(ValueError):
+        timing.time_gpu_interleaved(fast, backend=dev, budget_s=0)

@@ -41,6 +41,13 @@
 //     kernel, nothing for the others).
 //  6. Causal launches keep 10g's grid (one block per row block, heaviest first): their row blocks
 //     differ in length, and 10g already beats the library there.
+//  7. Nearly full rounds keep it too. Splitting costs something (a second prologue and epilogue
+//     per split row block, the workspace round trip), and a persistent grid's fixed assignment
+//     cannot follow SMs that run ahead or behind the way the hardware's block scheduler does:
+//     when a plain grid's rounds are at least FILL % full (100 * U >= FILL * ceil(U/P) * P; FILL
+//     is a launch parameter of the registry; attn_stream_k_plain below), the launcher runs 10g's
+//     kernel, attn_occupancy, with the same template arguments on its own grid (a separate
+//     kernel: in this one its code would share, and cost, this kernel's registers).
 //
 // Workspace (the launcher allocates it once per plan): ws, 2 * P * REC * THREADS floats
 // (REC = 4 * D/8 + 4), and counters, B*H * ceil(N/BM) ints, zero before the first launch (each
@@ -177,6 +184,13 @@ attn_stream_k(const unsigned short* __restrict__ q, const unsigned short* __rest
         }
         attn10g::store_rows<D, BF16>(o, n, head, m0 + warp * 16, smem, acc, l_run);
     }
+}
+
+// Whether a non-causal launch over bh heads of n rows takes 10g's plain grid (point 7): its
+// ceil(U/P) rounds of the U = bh * ceil(n/BM) row blocks over P resident slots are at least FILL %
+// full.
+constexpr __host__ __device__ bool attn_stream_k_plain(int bh, int n, int BM, long long P, int FILL) {
+    return 100 * ((long long)bh * ((n + BM - 1) / BM)) >= FILL * (((long long)bh * ((n + BM - 1) / BM) + P - 1) / P) * P;
 }
 
 // Dynamic shared memory in bytes for attn_stream_k<D, BM, BN, ..., STAGES, ...>: 10g's and the flag.

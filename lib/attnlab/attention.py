@@ -80,6 +80,11 @@ class AttentionKernel:
     #: (:func:`stream_k_grid`) and the extra arguments B·H, a float32 workspace and int32 counters
     #: (:func:`stream_k_workspace`); causal launches keep ``launch``'s grid
     stream_k: bool = False
+    #: Stream-K kernels: the kernel in the same source, with the same template, that a
+    #: non-causal launch takes on ``launch``'s plain grid when that grid's rounds are at least
+    #: FILL % full (:func:`stream_k_plain`); its arguments are those of ``function`` without the
+    #: Stream-K extras
+    plain_function: str = ""
     #: spill bytes (stores) the static build may show: 0 for every kernel but 10h, whose header
     #: says which value it reloads and how often
     spill_bytes_allowed: int = 0
@@ -164,6 +169,16 @@ def stream_k_grid(bh: int, n: int, p: Mapping[str, int], slots: int) -> int:
     if slots < 1:
         raise ValueError(f"a Stream-K launch needs at least one resident block slot (got {slots})")
     return min(slots, stream_k_iterations(bh, n, p))
+
+
+def stream_k_plain(bh: int, n: int, p: Mapping[str, int], slots: int) -> bool:
+    """Whether a non-causal 10h launch takes 10g's plain grid (attn_stream_k_plain in its source):
+    a plain grid's R = ceil(U/P) rounds of the U = B·H·ceil(N/BM) row blocks over P = ``slots``
+    resident blocks are at least FILL % full (100·U >= FILL·R·P)."""
+    if slots < 1:
+        raise ValueError(f"a Stream-K launch needs at least one resident block slot (got {slots})")
+    U = bh * ((n + p["BM"] - 1) // p["BM"])
+    return 100 * U >= p["FILL"] * (-(-U // slots)) * slots
 
 
 def stream_k_ranges(bh: int, n: int, p: Mapping[str, int], blocks: int) -> list[list[tuple[int, int]]]:
@@ -297,16 +312,17 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
         "stream_k", "10h", "attention/10h_stream_k.cu", "attn_stream_k", predecessor="occupancy",
         summary="10g's row blocks scheduled Stream-K: a persistent grid, equal key tiles per block, split "
                 "row blocks merged by the last block to finish them (no part-empty last wave)",
-        **_ROW_BLOCK_KERNEL,
+        # FILL: a launch parameter (not in the template): plain grid when its rounds are >= FILL % full
+        **{**_ROW_BLOCK_KERNEL, "params": _ROW_BLOCK_KERNEL["params"] + (Param("FILL", (0, 50, 80, 90, 95, 100)),)},
         # D = 128: blocks of 6 warps (96 rows; two blocks, 12 warps an SM) were faster than 10g's
         # tiles at N = 16384 on the H200 (scripts/probe_flash.py) and slower at N = 4096, where
         # their last wave is emptier: the case Stream-K is for. 48-key tiles at D = 128: 64-key
         # ones spill more under the schedule's extra state (spill_bytes_allowed)
-        defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1),
-                  64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1),
-                  128: dict(BM=96, BN=48, WARPS=6, STAGES=2, MINB=2, QREG=1)},
+        defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1, FILL=90),
+                  64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1, FILL=90),
+                  128: dict(BM=96, BN=48, WARPS=6, STAGES=2, MINB=2, QREG=1, FILL=100)},
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 16,
-        stream_k=True, spill_bytes_allowed=64),
+        stream_k=True, plain_function="attn_occupancy", spill_bytes_allowed=64),
 )
 
 #: The Hopper step (notebook 11, sm_90a): warpgroup MMAs on TMA-loaded shared memory.
@@ -508,6 +524,7 @@ class LaunchPlan:
     block: int
     smem_bytes: int
     slots: int = 0              # Stream-K kernels: resident blocks on this GPU (SMs x blocks per SM)
+    plain_kernel: Any = None    # Stream-K kernels: spec.plain_function, for launches on the plain grid
 
     @property
     def tile_rows(self) -> int:
@@ -517,8 +534,14 @@ class LaunchPlan:
     def tile_kv(self) -> int:
         return self.params.get("tile_kv", 0)
 
+    def persistent(self, bh: int, n: int) -> bool:
+        """Whether this launch takes a Stream-K kernel's persistent grid: not causal, and not on
+        the plain grid (a plain function, and the plain grid's rounds at least FILL % full)."""
+        return (self.spec.stream_k and not self.causal
+                and not (self.plain_kernel is not None and stream_k_plain(bh, n, self.params, self.slots)))
+
     def grid(self, bh: int, n: int) -> tuple[int, int, int]:
-        if self.spec.stream_k and not self.causal:
+        if self.persistent(bh, n):
             return (stream_k_grid(bh, n, self.params, self.slots), 1, 1)
         return self.spec.launch(bh, n, self.head_dim, self.params)[0]
 
@@ -577,12 +600,17 @@ def get_kernel(name: str, head_dim: int, tile_rows: int | None = None, tile_kv: 
             if spec.flash:
                 # ask for the largest shared-memory carveout: two big tiles per SM need it all
                 kernel.preferred_shared_memory_carveout = 100
-        slots = 0
+        slots, plain = 0, None
         if spec.stream_k:
             import cupy as cp
             from .occupancy import driver_blocks
             slots = driver_blocks(kernel, block, smem) * cp.cuda.Device().attributes["MultiProcessorCount"]
-        plan = LaunchPlan(spec, kernel, head_dim, p, where, dtype, causal, block, smem, slots)
+            if spec.plain_function and not causal:
+                plain = load_kernel(spec.source, spec.plain_function, targs, arch=spec.arch)
+                if smem > 48 * 1024:
+                    plain.max_dynamic_shared_size_bytes = smem
+                    plain.preferred_shared_memory_carveout = 100
+        plan = LaunchPlan(spec, kernel, head_dim, p, where, dtype, causal, block, smem, slots, plain)
         _PLANS[key] = plan
     elif plan.tiles_from != where:
         plan = LaunchPlan(**{**plan.__dict__, "tiles_from": where})
@@ -630,10 +658,15 @@ def prepare_attention(name: str, q, k, v, tile_rows: int | None = None, tile_kv:
     else:
         qkv = [qc, kc, vc]
     args = (*qkv, oc, np.int32(N), np.float32(scale))
-    if spec.stream_k:   # B·H, the workspace for split row blocks and their counters (zero; each merge re-zeroes its own)
-        ws_floats, n_counters = stream_k_workspace(D, plan.block, grid[0] if not causal else 1, B * H, N, plan.params["BM"])
-        args += (np.int32(B * H), cp.empty(ws_floats, dtype=cp.float32), cp.zeros(n_counters, dtype=cp.int32))
     kernel, block, smem = plan.kernel, (plan.block,), plan.smem_bytes
+    if spec.stream_k and (causal or plan.persistent(B * H, N)):
+        # B·H, the workspace for split row blocks and their counters (zero; each merge re-zeroes its
+        # own; causal launches split nothing: a workspace for one block)
+        ws_floats, n_counters = stream_k_workspace(D, plan.block, grid[0] if not causal else 1, B * H, N,
+                                                   plan.params["BM"])
+        args += (np.int32(B * H), cp.empty(ws_floats, dtype=cp.float32), cp.zeros(n_counters, dtype=cp.int32))
+    elif spec.stream_k:
+        kernel = plan.plain_kernel   # nearly full rounds: the plain kernel (10g's arguments) on the plain grid
 
     def launch():
         kernel(grid, block, args, shared_mem=smem)

@@ -182,12 +182,14 @@ def time_kernels(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], 
                  params: Mapping[str, Mapping[str, int]] | None = None) -> pd.DataFrame:
     """Median latency of each kernel and each SDPA reference over the (D, N) grid, in one run.
 
-    Every entry of one (D, N) shares the same fresh inputs and is timed back to back (CUDA events,
-    warm-up, L2 flushed before each sample; attnlab.timing). A reference that refuses the inputs
-    (a backend without this dtype or head dim) is left out of the table, not timed.
+    Every entry of one (D, N) shares the same fresh inputs and is timed interleaved with the
+    others (one sample of each per round, CUDA events, warm-up, L2 flushed before each sample;
+    attnlab.timing.time_gpu_interleaved), so a ratio compares kernels under the same device
+    conditions. A reference that refuses the inputs (a backend without this dtype or head dim) is
+    left out of the table, not timed.
     """
     from .env import device_name, gpu_slug
-    from .timing import time_gpu
+    from .timing import time_gpu_interleaved
 
     gpu = gpu_slug(device_name())     # the ladder kernels take this GPU's tuned tiles, as run_attention does
     rows = []
@@ -196,6 +198,7 @@ def time_kernels(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], 
             q, k, v = random_inputs(B, H, N, D, dtype, seed=seed + 17 * N + D)
             out = q.new_empty(q.shape)
             flops = attention_flops(B, H, N, D, causal)
+            calls, meta = {}, {}
             for name in kernels:
                 spec = get_spec(name)
                 if D not in spec.head_dims or dtype not in spec.dtypes or (causal and not spec.causal):
@@ -203,17 +206,18 @@ def time_kernels(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], 
                 p = (params or {}).get(name)
                 plan = get_kernel(name, D, gpu=gpu, dtype=dtype, causal=causal, params=p)
                 # validated and planned once: the timed region holds the launch alone
-                t = time_gpu(prepare_attention(name, q, k, v, out=out, causal=causal, params=p, gpu=gpu),
-                             budget_s=budget_s)
-                rows.append(dict(kernel=name, step=spec.step, dtype=dtype, causal=causal, B=B, H=H, N=N, D=D,
-                                 params=",".join(f"{a}={b}" for a, b in plan.params.items()),
-                                 **t.row(), flops=flops, tflops=flops / (t.median_ms * 1e-3) / 1e12))
+                calls[name] = prepare_attention(name, q, k, v, out=out, causal=causal, params=p, gpu=gpu)
+                meta[name] = (spec.step, ",".join(f"{a}={b}" for a, b in plan.params.items()))
             for ref in references:
-                if not sdpa_available(ref, q, k, v, causal):
-                    continue
-                t = time_gpu(sdpa_call(ref, q, k, v, causal), budget_s=budget_s)
-                rows.append(dict(kernel=ref, step="", dtype=dtype, causal=causal, B=B, H=H, N=N, D=D,
-                                 params="library", **t.row(), flops=flops,
+                if sdpa_available(ref, q, k, v, causal):
+                    calls[ref] = sdpa_call(ref, q, k, v, causal)
+                    meta[ref] = ("", "library")
+            if not calls:
+                continue
+            for name, t in time_gpu_interleaved(calls, budget_s=budget_s).items():
+                step, described = meta[name]
+                rows.append(dict(kernel=name, step=step, dtype=dtype, causal=causal, B=B, H=H, N=N, D=D,
+                                 params=described, **t.row(), flops=flops,
                                  tflops=flops / (t.median_ms * 1e-3) / 1e12))
     return pd.DataFrame(rows)
 

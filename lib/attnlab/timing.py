@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -145,3 +145,62 @@ def time_gpu(fn: Callable[[], object], *, budget_s: float = 0.5, warmup: int = 2
             return t
         if len(samples) >= max_repeats:
             return t
+
+
+def time_gpu_interleaved(fns: Mapping[str, Callable[[], object]], *, budget_s: float = 0.5, warmup: int = 2,
+                         min_repeats: int = 10, max_repeats: int = 200, target_rel_iqr: float = TARGET_REL_IQR,
+                         flush_l2: bool = True, rounds: int = 5, backend: Any = None) -> dict[str, Timing]:
+    """Time several callables against each other: their samples interleaved, so that every one
+    sees the same device conditions.
+
+    Seconds apart, the same kernel's median can move by several per cent (clocks and power
+    settle under sustained load); timed one after the other, a kernel and its reference would
+    compare two moments, not two kernels. Here each round takes one sample of every callable
+    (L2 flushed before each, CUDA events around the call alone), the order rotating from round
+    to round so that none always follows the same neighbour. Rounds continue until every
+    callable has ``min_repeats`` samples (fewer for calls so long that the budget holds fewer,
+    at least 3) and has converged (relative IQR <= ``target_rel_iqr``), or the budget of
+    ``budget_s`` per callable is spent, or ``max_repeats`` rounds are done.
+    """
+    if budget_s <= 0 or min_repeats < 1 or max_repeats < min_repeats or not fns:
+        raise ValueError("need budget_s > 0, 1 <= min_repeats <= max_repeats and at least one callable")
+    dev = CupyTimingBackend() if backend is None else backend
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    dev.synchronize()
+
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    total_budget = budget_s * len(names)
+    start_wall = dev.clock()
+    events = [[(dev.new_event(), dev.new_event()) for _ in names] for _ in range(rounds)]
+    floor = min_repeats
+    done_rounds = 0
+    while True:
+        order = []
+        for r in range(rounds):
+            shift = (done_rounds + r) % len(names)
+            order.append(names[shift:] + names[:shift])
+            for i, name in enumerate(order[-1]):
+                start, end = events[r][i]
+                if flush_l2:
+                    dev.flush()
+                dev.record(start)
+                fns[name]()
+                dev.record(end)
+        dev.synchronize(events[-1][-1][1])
+        for r in range(rounds):
+            for i, name in enumerate(order[r]):
+                samples[name].append(dev.elapsed_ms(*events[r][i]))
+        done_rounds += rounds
+        elapsed = dev.clock() - start_wall
+        if done_rounds == rounds:
+            # Long calls: shrink the required count so one measurement stays near the budget.
+            per_round = max(sum(float(np.median(s)) for s in samples.values()) * 1e-3, 1e-9)
+            floor = max(3, min(min_repeats, int(total_budget / per_round)))
+        timings = {name: summarize(s, target_rel_iqr) for name, s in samples.items()}
+        if done_rounds >= floor and (all(t.converged for t in timings.values()) or elapsed >= total_budget):
+            return timings
+        if done_rounds >= max_repeats:
+            return timings

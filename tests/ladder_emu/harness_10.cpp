@@ -6,8 +6,8 @@
 // BM / 16 warps. Build:
 //   g++ -std=c++20 -O1 -pthread -include ladder_emu.h -I kernels -DEMU_D=64 -DEMU_BM=64 -DEMU_BN=64
 //       -DEMU_WARPS=4 -DEMU_BF16=1 -DEMU_CAUSAL=0 -DEMU_STAGES=2 [-DEMU_KC=64] harness_10.cpp
-//   (EMU_KC: 10e's S chunk in keys, 32 or 64, default 32; EMU_QREG: whether 10g holds Q's fragments,
-//   default 0; the other steps ignore them)
+//   (EMU_KC: 10e's S chunk in keys, 32 or 64, default 32; EMU_QREG: whether 10g and 10h hold Q's
+//   fragments, default 0; EMU_FILL: 10h's FILL (launch choice), default 100; the other steps ignore them)
 // Run: harness_10 selftest
 //      harness_10 DIR B H N [KERNELS]   (DIR holds q, k, v as raw 16-bit [B, H, N, D] bit patterns,
 //      bf16 or fp16 per EMU_BF16; writes o_<kernel> there, same format; KERNELS is a comma list of
@@ -27,6 +27,9 @@
 #endif
 #ifndef EMU_QREG
 #define EMU_QREG 0
+#endif
+#ifndef EMU_FILL
+#define EMU_FILL 100
 #endif
 
 #include <atomic>
@@ -194,18 +197,27 @@ static void run_kernels(Run& run, const unsigned short* q, const unsigned short*
         });
         // 10h: non-causal on a persistent grid of EMU_SK_BLOCKS blocks (env, default 5; capped at
         // the iteration count as the launcher caps it), blocks in reverse order with EMU_REVERSE=1
-        // (so the other part of a split row block arrives last); causal on 10g's grid.
+        // (so the other part of a split row block arrives last); causal, and non-causal launches
+        // whose plain rounds over EMU_SK_BLOCKS slots are EMU_FILL % full take 10g's grid, the
+        // latter with 10g's kernel, as the launcher decides (printed for the test to compare with
+        // its own rule).
         const int bh = (int)gridDim_default.y;
         const long long iters = (long long)bh * ((N + BM - 1) / BM) * ((N + BN - 1) / BN);
         const char* env_p = std::getenv("EMU_SK_BLOCKS");
-        const unsigned P = (unsigned)std::min<long long>(env_p ? std::atoll(env_p) : 5, iters);
+        const long long slots = env_p ? std::atoll(env_p) : 5;
+        const unsigned P = (unsigned)std::min<long long>(slots, iters);
+        const bool plain = CAUSAL || attn_stream_k_plain(bh, N, BM, slots, EMU_FILL);
+        if (!CAUSAL) std::printf("stream_k plain=%d\n", (int)plain);
         std::vector<float> ws(attn_stream_k_ws_floats(D, 32 * WARPS, (int)P), std::numeric_limits<float>::quiet_NaN());
         std::vector<int> counters((size_t)bh * ((N + BM - 1) / BM), 0);
         emu_reverse_blocks = std::getenv("EMU_REVERSE") && std::atoi(std::getenv("EMU_REVERSE")) != 0;
         run("stream_k", attn_stream_k_smem_bytes(D, BM, BN, STAGES), 32 * WARPS, [&](unsigned short* o) {
-            attn_stream_k<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG>(q, k, v, o, N, scale, bh, ws.data(),
-                                                                              counters.data());
-        }, CAUSAL ? gridDim_default : dim3{P, 1, 1});
+            if (CAUSAL || !plain)
+                attn_stream_k<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG>(q, k, v, o, N, scale, bh, ws.data(),
+                                                                                  counters.data());
+            else
+                attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG>(q, k, v, o, N, scale);
+        }, plain ? gridDim_default : dim3{P, 1, 1});
         emu_reverse_blocks = false;
         for (int c : counters)
             if (c != 0) { std::fprintf(stderr, "stream_k left a row-block counter at %d (not reset by its merge)\n", c); std::exit(4); }
