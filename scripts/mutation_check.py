@@ -71,6 +71,9 @@ TILED = "kernels/attention/02_tiled.cu"
 NAIVE_TIMING = "data/results/h200/01_naive__timing.csv"
 LADDER_ASAN = ("tests/test_ladder_emu.py::test_ladder_kernels_under_sanitizers",)
 DELTA_ASAN = ("tests/test_delta_kernels.py::test_cuda_kernels_under_sanitizers",)
+STREAM_K = "kernels/attention/10h_stream_k.cu"
+STREAM_K_CASES = tuple(f"tests/test_emu_10_bf16_ladder.py::test_flash_ladder_on_cpu_model[{c}]" for c in (
+    "D128-BM96-BN48-W6-bf16-full-S2-B2H1N130-ramp", "D64-BM64-BN64-W4-bf16-full-S2-B1H1N97-nan"))
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ---- timing (tests/test_timing.py, a simulated device)
@@ -95,6 +98,13 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("timing: min_repeats ignored", TIMING,
              "floor = max(3, min(min_repeats, int(budget_s / per_call)))", "floor = 3",
              ("tests/test_timing.py",)),
+    Mutation("timing: interleaved, L2 flush inside the timed region", TIMING,
+             "                if flush_l2:\n                    dev.flush()\n                dev.record(start)\n",
+             "                dev.record(start)\n                if flush_l2:\n                    dev.flush()\n",
+             ("tests/test_timing.py",)),
+    Mutation("timing: interleaved, the same order every round", TIMING,
+             "            shift = (done_rounds + r) % len(names)", "            shift = 0",
+             ("tests/test_timing.py",), "a kernel always timed right after the same neighbour"),
     # ---- provenance (tests/test_provenance.py, a scratch git repository and a stand-in nvidia-smi)
     Mutation("env: untracked code not dirty", ENV,
              '"--untracked-files=normal"', '"--untracked-files=no"',
@@ -199,6 +209,21 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            out.append(tuple(base + BANK_BYTES * (r * stride + lane + WARP * i) for lane in range(WARP)))",
              "            out.append(tuple(base + BANK_BYTES * (r * D + lane + WARP * i) for lane in range(WARP)))",
              ("tests/test_banks.py",), "the conflict verdict does not change; the addresses do"),
+    # ---- 10h (Stream-K) on the ladder CPU model (tests/test_emu_10_bf16_ladder.py)
+    Mutation("10h: the merge skips the last other part", STREAM_K,
+             "for (long long cc = c_lo; cc <= c_hi; ++cc) {", "for (long long cc = c_lo; cc < c_hi; ++cc) {",
+             STREAM_K_CASES, "a row block split over three blocks loses a third of its keys"),
+    Mutation("10h: the merging block leaves its counter set", STREAM_K,
+             "            if (tid == 0) counters[u] = 0;\n", "",
+             STREAM_K_CASES, "the next launch would merge too early; the model checks every counter ends at 0"),
+    Mutation("10h: parts stored to one slot", STREAM_K,
+             "float* mine = ws + ((c * 2 + slot) * REC) * THREADS + tid;",
+             "float* mine = ws + ((c * 2) * REC) * THREADS + tid;",
+             STREAM_K_CASES, "a block whose share begins and ends inside split row blocks overwrites its first part"),
+    Mutation("attention: 10h takes the plain grid only above FILL % (not at it)", ATTENTION,
+             '    return 100 * U >= p["FILL"] * (-(-U // slots)) * slots',
+             '    return 100 * U > p["FILL"] * (-(-U // slots)) * slots',
+             ("tests/test_launch_geometry.py",)),
     # ---- recorded data checked by value (tests/test_recorded_data.py)
     Mutation("data: converged claimed at a spread above 5 %", NAIVE_TIMING, "", "", ("tests/test_recorded_data.py",),
              edit=csv_row_edit("converged", lambda r: "True",

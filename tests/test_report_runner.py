@@ -466,3 +466,42 @@ def test_cluster_needs_ray_and_rays_address_selects_it(monkeypatch, capsys, tmp_
 def _no_ray_address(monkeypatch):
     """RAY_ADDRESS in the environment sends ./lab report to that Ray cluster: not in these tests."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+def test_a_kernel_that_fails_to_start_is_started_again_and_a_cell_error_is_not(monkeypatch, tmp_path):
+    """execute_notebook retries only jupyter_client's start-up failures (no cell has run), at most
+    start_attempts times; any other error reaches the caller at once."""
+    import papermill
+
+    calls = []
+
+    def flaky_start(*args, **kwargs):
+        calls.append(kwargs)
+        if len(calls) < 3:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+
+    monkeypatch.setattr(papermill, "execute_notebook", flaky_start)
+    report.execute_notebook(tmp_path / "a.ipynb", tmp_path / "b.ipynb", {}, 60)
+    assert len(calls) == 3 and calls[0]["start_timeout"] == 120
+
+    calls.clear()
+
+    def never_starts(*args, **kwargs):
+        calls.append(kwargs)
+        raise RuntimeError("Kernel didn't respond in 120 seconds")
+
+    monkeypatch.setattr(papermill, "execute_notebook", never_starts)
+    with pytest.raises(RuntimeError, match="didn't respond"):
+        report.execute_notebook(tmp_path / "a.ipynb", tmp_path / "b.ipynb", {}, 60, start_attempts=2)
+    assert len(calls) == 2
+
+    calls.clear()
+
+    def cell_fails(*args, **kwargs):
+        calls.append(kwargs)
+        raise RuntimeError("a cell raised")
+
+    monkeypatch.setattr(papermill, "execute_notebook", cell_fails)
+    with pytest.raises(RuntimeError, match="a cell raised"):
+        report.execute_notebook(tmp_path / "a.ipynb", tmp_path / "b.ipynb", {}, 60)
+    assert len(calls) == 1

@@ -404,12 +404,27 @@ def report_files(out_dir: Path, notebook: str, failed: bool = False) -> tuple[Pa
     return out_dir / f"{stem}.ipynb", out_dir / f"{stem}.html"
 
 
-def execute_notebook(path: Path, output: Path, params: dict[str, Any], timeout: int) -> None:
-    """The one call that runs a notebook (tests replace it)."""
+#: How a Jupyter kernel fails before it has run anything (jupyter_client's messages): a kernel that
+#: dies or stays silent at start-up (ports taken by a concurrent start, a loaded machine) ran no
+#: cell, so starting it again is safe; an error in a cell is never retried here.
+KERNEL_START_FAILURES = ("Kernel died before replying to kernel_info", "Kernel didn't respond in")
+
+
+def execute_notebook(path: Path, output: Path, params: dict[str, Any], timeout: int, *,
+                     start_attempts: int = 3) -> None:
+    """The one call that runs a notebook (tests replace it). A kernel that fails to start (see
+    KERNEL_START_FAILURES) is started again, up to ``start_attempts`` times in all."""
     import papermill
 
-    papermill.execute_notebook(str(path), str(output), parameters=params, kernel_name="python3",
-                               cwd=str(path.parent), progress_bar=False, execution_timeout=timeout)
+    for attempt in range(1, start_attempts + 1):
+        try:
+            papermill.execute_notebook(str(path), str(output), parameters=params, kernel_name="python3",
+                                       cwd=str(path.parent), progress_bar=False, execution_timeout=timeout,
+                                       start_timeout=120)
+            return
+        except RuntimeError as exc:
+            if attempt == start_attempts or not any(s in str(exc) for s in KERNEL_START_FAILURES):
+                raise
 
 
 def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mode: str = "") -> NotebookRun:

@@ -7,12 +7,13 @@
 //   g++ -std=c++20 -O1 -pthread -include ladder_emu.h -I kernels -DEMU_D=64 -DEMU_BM=64 -DEMU_BN=64
 //       -DEMU_WARPS=4 -DEMU_BF16=1 -DEMU_CAUSAL=0 -DEMU_STAGES=2 [-DEMU_KC=64] harness_10.cpp
 //   (EMU_KC: 10e's S chunk in keys, 32 or 64, default 32; EMU_QREG: whether 10g and 10h hold Q's
-//   fragments, default 0; EMU_FILL: 10h's FILL (launch choice), default 100; the other steps ignore them)
+//   fragments, default 0; the other steps ignore them)
 // Run: harness_10 selftest
 //      harness_10 DIR B H N [KERNELS]   (DIR holds q, k, v as raw 16-bit [B, H, N, D] bit patterns,
 //      bf16 or fp16 per EMU_BF16; writes o_<kernel> there, same format; KERNELS is a comma list of
 //      mma_baseline,ldmatrix_swizzle,cp_async,tuned,two_row_tiles,fixed_offsets,occupancy,stream_k, default all
-//      that apply; stream_k reads EMU_SK_BLOCKS and EMU_REVERSE from the environment)
+//      that apply; stream_k reads EMU_SK_BLOCKS, EMU_REVERSE and EMU_FILL (10h's FILL, default 100)
+//      from the environment)
 #include "attention/10a_mma_baseline.cu"
 #include "attention/10b_ldmatrix_swizzle.cu"
 #include "attention/10c_cp_async.cu"
@@ -27,9 +28,6 @@
 #endif
 #ifndef EMU_QREG
 #define EMU_QREG 0
-#endif
-#ifndef EMU_FILL
-#define EMU_FILL 100
 #endif
 
 #include <atomic>
@@ -206,7 +204,8 @@ static void run_kernels(Run& run, const unsigned short* q, const unsigned short*
         const char* env_p = std::getenv("EMU_SK_BLOCKS");
         const long long slots = env_p ? std::atoll(env_p) : 5;
         const unsigned P = (unsigned)std::min<long long>(slots, iters);
-        const bool plain = CAUSAL || attn_stream_k_plain(bh, N, BM, slots, EMU_FILL);
+        const char* env_f = std::getenv("EMU_FILL");
+        const bool plain = CAUSAL || attn_stream_k_plain(bh, N, BM, slots, env_f ? std::atoi(env_f) : 100);
         if (!CAUSAL) std::printf("stream_k plain=%d\n", (int)plain);
         std::vector<float> ws(attn_stream_k_ws_floats(D, 32 * WARPS, (int)P), std::numeric_limits<float>::quiet_NaN());
         std::vector<int> counters((size_t)bh * ((N + BM - 1) / BM), 0);
