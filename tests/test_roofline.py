@@ -262,3 +262,26 @@ def test_verdict_judges_only_counted_rows_when_counters_exist():
     other = counters.assign(N=999)
     rows, s = rl.compute_bound_verdict(placed, c, other)
     assert len(rows) == len(placed) and s["bytes_source"] == "logical (model)"
+
+
+def test_l2_hit_rate_from_lookup_counts_and_its_sentence():
+    """The lookup-count hit rate cannot exceed 100 % where ncu's ratio metric did (issue 10), and
+    the sentence about them is generated from the rows."""
+    import pandas as pd
+
+    from attnlab import roofline as rl
+
+    df = pd.DataFrame({"lts__t_sectors_lookup_hit.sum": [90.0, 99.0, 0.0],
+                       "lts__t_sectors_lookup_miss.sum": [10.0, 1.0, 0.0],
+                       "lts__t_sectors.sum": [100.0, 100.0, 0.0],
+                       "lts__t_sectors_srcunit_ltcfabric.sum": [20.0, 30.0, 0.0],
+                       "lts__t_sector_hit_rate.pct": [90.0, 101.2, 0.0]})
+    out = rl.l2_lookups(df)
+    assert list(out["l2_hit_pct"].round(6))[:2] == [90.0, 99.0] and np.isnan(out["l2_hit_pct"].iloc[2])
+    assert list(out["fabric_share"].round(6))[:2] == [0.2, 0.3]
+    text = rl.describe_l2_hit_rates(out)
+    assert "90.0–99.0 % over 2 launches" in text and "above 100 % for 1 of 3" in text and "20.0–30.0 %" in text
+    assert rl.describe_l2_hit_rates(pd.DataFrame({"x": [1]})) == ""
+    # without the lookup counters (older recordings) nothing is invented
+    old = rl.l2_lookups(df[["lts__t_sector_hit_rate.pct"]])
+    assert "l2_hit_pct" not in old and "no lookup counts were recorded" in rl.describe_l2_hit_rates(old)

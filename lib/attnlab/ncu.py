@@ -34,6 +34,12 @@ METRICS: tuple[str, ...] = (
     "dram__bytes.sum",
     "lts__t_bytes.sum",
     "lts__t_sector_hit_rate.pct",
+    # the L2 lookups themselves (issue 10): hits and misses of the same sectors, and the sectors
+    # that reached this L2 slice over the fabric between the two L2 partitions
+    "lts__t_sectors.sum",
+    "lts__t_sectors_lookup_hit.sum",
+    "lts__t_sectors_lookup_miss.sum",
+    "lts__t_sectors_srcunit_ltcfabric.sum",
     "sm__sass_thread_inst_executed_op_ffma_pred_on.sum",
     "sm__sass_thread_inst_executed_op_fadd_pred_on.sum",
     "sm__sass_thread_inst_executed_op_fmul_pred_on.sum",

@@ -298,8 +298,48 @@ def measured_vs_modelled(ncu_df, kernels_meta=None):
     if "lts__t_bytes.sum" in df.columns:
         df["l2_bytes"] = df["lts__t_bytes.sum"]
         df["l2_over_logical"] = df["l2_bytes"] / df["bytes_model"]
+    df = l2_lookups(df)
     df["intensity_model"] = df["flops_model"] / df["bytes_model"]
     return df
+
+
+def l2_lookups(df):
+    """The L2 hit rate from the lookup counts where they were recorded: l2_hit_pct = 100 · hits /
+    (hits + misses), at most 100 by construction (ncu's ratio metric lts__t_sector_hit_rate has
+    read above 100 on the H200), and fabric_share = sectors that came over the fabric between the
+    two L2 partitions / all L2 sectors. Rows without those counters get NaN."""
+    df = df.copy()
+    hit, miss = "lts__t_sectors_lookup_hit.sum", "lts__t_sectors_lookup_miss.sum"
+    if hit in df.columns and miss in df.columns:
+        total = df[hit] + df[miss]
+        df["l2_hit_pct"] = np.where(total > 0, 100.0 * df[hit] / total.where(total > 0, 1), np.nan)
+    if "lts__t_sectors_srcunit_ltcfabric.sum" in df.columns and "lts__t_sectors.sum" in df.columns:
+        df["fabric_share"] = df["lts__t_sectors_srcunit_ltcfabric.sum"] / df["lts__t_sectors.sum"].where(df["lts__t_sectors.sum"] > 0)
+    return df
+
+
+def describe_l2_hit_rates(df) -> str:
+    """A sentence on the L2 hit rates of a set of launches, generated from the counters: the
+    lookup-count rate's range where recorded, ncu's ratio metric beside it (and how many of its
+    readings exceed 100 %), and the fabric's share of the sectors. Empty when neither is there."""
+    parts = []
+    lookups = "l2_hit_pct" in df and df["l2_hit_pct"].notna().any()
+    if lookups:
+        h = df["l2_hit_pct"].dropna()
+        parts.append(f"L2 hit rate from the lookup counts (hits / (hits + misses)): {h.min():.1f}–{h.max():.1f} % "
+                     f"over {len(h)} launches")
+    if "lts__t_sector_hit_rate.pct" in df and df["lts__t_sector_hit_rate.pct"].notna().any():
+        r = df["lts__t_sector_hit_rate.pct"].dropna()
+        over = int((r > 100).sum())
+        parts.append(f"ncu's ratio metric lts__t_sector_hit_rate: {r.min():.1f}–{r.max():.1f} %"
+                     + (f", above 100 % for {over} of {len(r)}" if over else "")
+                     + (" (the rate from the lookup counts cannot exceed 100 %: it is the one used here)"
+                        if over and lookups else " (no lookup counts were recorded for these launches)" if over else ""))
+    if "fabric_share" in df and df["fabric_share"].notna().any():
+        f = df["fabric_share"].dropna()
+        parts.append(f"sectors that reached their L2 slice over the fabric between the two partitions: "
+                     f"{100 * f.min():.1f}–{100 * f.max():.1f} % of all L2 sectors")
+    return "; ".join(parts) + "." if parts else ""
 
 
 def l2_question(mvm, l2_bytes: float):
@@ -317,7 +357,7 @@ def l2_question(mvm, l2_bytes: float):
     d["kv_over_l2"] = d["kv_bytes_all_heads"] / l2_bytes
     cols = ["N", "D", "kv_bytes_all_heads", "kv_bytes_per_head", "kv_over_l2", "bytes_model", "dram_bytes",
             "dram_over_logical", "dram_over_ideal"] + (["l2_bytes", "l2_over_logical"] if "l2_bytes" in d else []) \
-        + (["lts__t_sector_hit_rate.pct"] if "lts__t_sector_hit_rate.pct" in d else [])
+        + [c for c in ("l2_hit_pct", "lts__t_sector_hit_rate.pct", "fabric_share") if c in d]
     return d.sort_values(["D", "N"])[cols].reset_index(drop=True)
 
 
