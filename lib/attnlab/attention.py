@@ -594,22 +594,24 @@ def get_kernel(name: str, head_dim: int, tile_rows: int | None = None, tile_kv: 
                              f"this GPU allows {max_dynamic_smem()} per block")
         targs = (spec.flash_template_args(head_dim, p, dtype, causal) if spec.flash
                  else spec.template_args(head_dim, p["tile_rows"], p["tile_kv"]))
-        kernel = load_kernel(spec.source, spec.function, targs, arch=spec.arch)
-        if smem > 48 * 1024:
-            kernel.max_dynamic_shared_size_bytes = smem  # opt in above the 48 KB default
-            if spec.flash:
-                # ask for the largest shared-memory carveout: two big tiles per SM need it all
-                kernel.preferred_shared_memory_carveout = 100
+
+        def load(function: str):
+            kernel = load_kernel(spec.source, function, targs, arch=spec.arch)
+            if smem > 48 * 1024:
+                kernel.max_dynamic_shared_size_bytes = smem  # opt in above the 48 KB default
+                if spec.flash:
+                    # ask for the largest shared-memory carveout: two big tiles per SM need it all
+                    kernel.preferred_shared_memory_carveout = 100
+            return kernel
+
+        kernel = load(spec.function)
         slots, plain = 0, None
         if spec.stream_k:
             import cupy as cp
             from .occupancy import driver_blocks
             slots = driver_blocks(kernel, block, smem) * cp.cuda.Device().attributes["MultiProcessorCount"]
             if spec.plain_function and not causal:
-                plain = load_kernel(spec.source, spec.plain_function, targs, arch=spec.arch)
-                if smem > 48 * 1024:
-                    plain.max_dynamic_shared_size_bytes = smem
-                    plain.preferred_shared_memory_carveout = 100
+                plain = load(spec.plain_function)
         plan = LaunchPlan(spec, kernel, head_dim, p, where, dtype, causal, block, smem, slots, plain)
         _PLANS[key] = plan
     elif plan.tiles_from != where:

@@ -115,36 +115,9 @@ def time_gpu(fn: Callable[[], object], *, budget_s: float = 0.5, warmup: int = 2
     ``backend`` supplies the events, flush, synchronisation and clock (see
     :class:`CupyTimingBackend`, the default); tests pass a simulated one.
     """
-    if budget_s <= 0 or min_repeats < 1 or max_repeats < min_repeats:
-        raise ValueError("need budget_s > 0 and 1 <= min_repeats <= max_repeats")
-    dev = CupyTimingBackend() if backend is None else backend
-    for _ in range(warmup):
-        fn()
-    dev.synchronize()
-
-    samples: list[float] = []
-    start_wall = dev.clock()
-    events = [(dev.new_event(), dev.new_event()) for _ in range(batch)]
-    floor = min_repeats
-    while True:
-        for start, end in events:
-            if flush_l2:
-                dev.flush()
-            dev.record(start)
-            fn()
-            dev.record(end)
-        dev.synchronize(events[-1][1])
-        samples.extend(dev.elapsed_ms(s, e) for s, e in events)
-        elapsed = dev.clock() - start_wall
-        if len(samples) == batch:
-            # Long kernels: shrink the required count so one measurement stays near the budget.
-            per_call = max(float(np.median(samples)) * 1e-3, 1e-9)
-            floor = max(3, min(min_repeats, int(budget_s / per_call)))
-        t = summarize(samples, target_rel_iqr)
-        if len(samples) >= floor and (t.converged or elapsed >= budget_s):
-            return t
-        if len(samples) >= max_repeats:
-            return t
+    return time_gpu_interleaved({"": fn}, budget_s=budget_s, warmup=warmup, min_repeats=min_repeats,
+                                max_repeats=max_repeats, target_rel_iqr=target_rel_iqr, flush_l2=flush_l2,
+                                rounds=batch, backend=backend)[""]
 
 
 def time_gpu_interleaved(fns: Mapping[str, Callable[[], object]], *, budget_s: float = 0.5, warmup: int = 2,
@@ -160,10 +133,11 @@ def time_gpu_interleaved(fns: Mapping[str, Callable[[], object]], *, budget_s: f
     to round so that none always follows the same neighbour. Rounds continue until every
     callable has ``min_repeats`` samples (fewer for calls so long that the budget holds fewer,
     at least 3) and has converged (relative IQR <= ``target_rel_iqr``), or the budget of
-    ``budget_s`` per callable is spent, or ``max_repeats`` rounds are done.
+    ``budget_s`` per callable is spent, or ``max_repeats`` rounds are done. With one callable
+    this is :func:`time_gpu` (its batches are the rounds).
     """
     if budget_s <= 0 or min_repeats < 1 or max_repeats < min_repeats or not fns:
-        raise ValueError("need budget_s > 0, 1 <= min_repeats <= max_repeats and at least one callable")
+        raise ValueError("need budget_s > 0 and 1 <= min_repeats <= max_repeats, and at least one callable")
     dev = CupyTimingBackend() if backend is None else backend
     names = list(fns)
     for name in names:
