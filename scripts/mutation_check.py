@@ -72,6 +72,9 @@ NAIVE_TIMING = "data/results/h200/01_naive__timing.csv"
 LADDER_ASAN = ("tests/test_ladder_emu.py::test_ladder_kernels_under_sanitizers",)
 DELTA_ASAN = ("tests/test_delta_kernels.py::test_cuda_kernels_under_sanitizers",)
 STREAM_K = "kernels/attention/10h_stream_k.cu"
+OCCUPANCY = "kernels/attention/10g_occupancy.cu"
+COPY_WARPS_CASES = ("tests/test_emu_10_bf16_ladder.py::test_flash_ladder_on_cpu_model["
+                    "D128-BM64-BN48-W4-bf16-full-S2-B1H2N100-normal]",)
 STREAM_K_CASES = tuple(f"tests/test_emu_10_bf16_ladder.py::test_flash_ladder_on_cpu_model[{c}]" for c in (
     "D128-BM96-BN48-W6-bf16-full-S2-B2H1N130-ramp", "D64-BM64-BN64-W4-bf16-full-S2-B1H1N97-nan"))
 
@@ -216,6 +219,15 @@ MUTATIONS: tuple[Mutation, ...] = (
              "float* mine = ws + ((c * 2 + slot) * REC) * THREADS + tid;",
              "float* mine = ws + ((c * 2) * REC) * THREADS + tid;",
              STREAM_K_CASES, "a block whose share begins and ends inside split row blocks overwrites its first part"),
+    # ---- 10i (copies by CW warps) on the ladder CPU model
+    Mutation("10i: odd copy passes take the even passes' swizzle pattern", OCCUPANCY,
+             "            if constexpr (TWO) cp_async16(d + i * RPP * D + ((i & 1) ? odd : 0), src + i * RPP * D);",
+             "            if constexpr (TWO) cp_async16(d + i * RPP * D, src + i * RPP * D);",
+             COPY_WARPS_CASES, "rows r + 4 land in row r's chunk order: ldmatrix reads the wrong columns"),
+    Mutation("10i: one copying warp too few", OCCUPANCY,
+             "return COPIERS == THREADS || (int)threadIdx.x < COPIERS; }",
+             "return COPIERS == THREADS || (int)threadIdx.x < COPIERS - 32; }",
+             COPY_WARPS_CASES, "half the rows of every tile are never copied (NaN-poisoned shared memory)"),
     Mutation("attention: 10h takes the plain grid only above FILL % (not at it)", ATTENTION,
              '    return 100 * U >= p["FILL"] * (-(-U // slots)) * slots',
              '    return 100 * U > p["FILL"] * (-(-U // slots)) * slots',

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.attention import stream_k_plain
+from attnlab.attention import get_spec, stream_k_plain
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
 from attnlab.reference import attention_fp64, default_scale, rel_error
 
@@ -37,8 +37,9 @@ GXX = shutil.which("g++")
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU execution model")
 
 EMU_DIR = REPO_ROOT / "tests" / "ladder_emu"
-KERNELS = ("mma_baseline", "ldmatrix_swizzle", "cp_async", "tuned", "fixed_offsets", "occupancy", "stream_k")  # BM = 16 * WARPS
-KERNELS_6W = ("mma_baseline", "occupancy", "stream_k")   # 6 warps at D = 128: 10g's copy by 128 of 192 threads
+KERNELS = ("mma_baseline", "ldmatrix_swizzle", "cp_async", "tuned", "fixed_offsets", "occupancy", "stream_k",
+           "copy_warps")  # BM = 16 * WARPS
+KERNELS_6W = ("mma_baseline", "occupancy", "stream_k", "copy_warps")   # 6 warps at D = 128: 10g's copy by 128 of 192 threads
 KERNELS_10E = ("mma_baseline", "two_row_tiles")                         # BM = 32 * WARPS
 
 # (D, BM, BN, WARPS, BF16, CAUSAL, STAGES) -> [(B, H, N, inputs)], inputs in {"normal", "large",
@@ -81,6 +82,9 @@ CONFIGS = {
     (128, 96, 64, 6, False, True, 2): [(1, 1, 150, "normal")],
     (128, 96, 64, 6, True, False, 3): [(1, 2, 150, "large")],
     (64, 96, 48, 6, True, False, 3): [(2, 1, 100, "large")],
+    # 10i's D = 128 tiles (2 of 4 warps copy, 4 rows a pass)
+    (128, 64, 48, 4, True, False, 2): [(1, 2, 100, "normal"), (2, 1, 47, "nan")],
+    (128, 64, 48, 4, False, True, 2): [(1, 1, 130, "ramp")],
 }
 CASES = [(cfg, shape) for cfg, shapes in CONFIGS.items() for shape in shapes]
 
@@ -93,6 +97,15 @@ def _kc(cfg: tuple) -> int:
 def _qreg(cfg: tuple) -> int:
     """10g's QREG for a configuration: alternating over CONFIGS, so both Q-fragment choices run."""
     return list(CONFIGS).index(cfg) % 2
+
+
+def _cw(cfg: tuple) -> int:
+    """10i's copying warps for a configuration: one of the values its registry constraint accepts
+    (fewer than every warp, alternating over CONFIGS), -1 where none is (10i not built)."""
+    D, bm, bn, w = cfg[:4]
+    spec = get_spec("copy_warps")
+    ok = [cw for cw in (1, 2, 3, 4) if cw < w and spec.constraint(D, dict(BM=bm, BN=bn, WARPS=w, CW=cw)) is None]
+    return ok[list(CONFIGS).index(cfg) % len(ok)] if ok and bm == 16 * w else -1
 
 
 def _fill(cfg: tuple, shape: tuple) -> int:
@@ -164,7 +177,7 @@ def build(tmp_path_factory):
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "ladder_emu.h"),
                    f"-I{KERNELS_DIR}", f"-DEMU_D={D}", f"-DEMU_BM={bm}", f"-DEMU_BN={bn}", f"-DEMU_WARPS={w}",
                    f"-DEMU_BF16={int(bf16)}", f"-DEMU_CAUSAL={int(causal)}", f"-DEMU_STAGES={st}", f"-DEMU_KC={_kc(cfg)}",
-                   f"-DEMU_QREG={_qreg(cfg)}",
+                   f"-DEMU_QREG={_qreg(cfg)}", f"-DEMU_CW={_cw(cfg)}",
                    str(EMU_DIR / "harness_10.cpp"), "-o", str(exe)]
             res = emu_build.run(cmd)
             assert res.returncode == 0, f"emulator build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
@@ -208,7 +221,8 @@ def test_flash_ladder_on_cpu_model(case, build, tmp_path):
     two_rows = bm == 32 * w
     six_warps = (32 * w) % D != 0 or bn % (256 * w // D) != 0
     outs = {name: _from16(np.fromfile(tmp_path / f"o_{name}", dtype=np.uint16), bf16).reshape(B, H, N, D)
-            for name in (KERNELS_10E if two_rows else KERNELS_6W if six_warps else KERNELS)}
+            for name in (KERNELS_10E if two_rows else KERNELS_6W if six_warps else KERNELS)
+            if name != "copy_warps" or _cw(cfg) >= 0}
 
     ref_fn = attention_causal_fp64 if causal else attention_fp64
     valid = np.ones((B, H, N), dtype=bool)
@@ -237,6 +251,10 @@ def test_flash_ladder_on_cpu_model(case, build, tmp_path):
         if slots == 1 or plain:
             assert np.array_equal(outs["stream_k"], outs["occupancy"], equal_nan=True), \
                 "stream_k on one block, or on 10g's plain grid (causal, FILL), is not bit-identical to occupancy"
+    if "copy_warps" in outs:
+        # 10i: 10h's schedule and arithmetic, only other threads copy the tiles: bit-identical
+        assert np.array_equal(outs["copy_warps"], outs["stream_k"], equal_nan=True), \
+            f"copy_warps (CW={_cw(cfg)}) is not bit-identical to stream_k"
     if six_warps:
         return
     if not two_rows:
@@ -280,6 +298,10 @@ OCC_TILES = [(64, 64, 64, 4, 2, 0, 1), (128, 64, 48, 4, 2, 3, 1), (32, 128, 64, 
 # 10h (same parameters as 10g): defaults per D first, then the scan's alternatives.
 STREAM_TILES = [(128, 96, 48, 6, 2, 2, 1), (64, 64, 64, 4, 2, 0, 1), (32, 128, 64, 8, 3, 0, 1),
                 (128, 64, 48, 4, 2, 3, 1), (64, 64, 32, 4, 3, 0, 1)]
+# 10i (10g's parameters and CW, the copying warps): defaults per D first, then the scan's alternatives.
+COPY_TILES = [(128, 64, 48, 4, 2, 3, 1, 2), (64, 64, 64, 4, 2, 0, 1, 2), (32, 128, 64, 8, 3, 0, 1, 2),
+              (64, 64, 64, 4, 2, 0, 1, 1), (128, 64, 32, 4, 3, 3, 1, 2), (128, 96, 48, 6, 2, 2, 1, 2),
+              (128, 64, 48, 4, 2, 3, 1, 0)]
 STEPS = {
     "10a_mma_baseline.cu": ("attn_mma_baseline", ()),
     "10b_ldmatrix_swizzle.cu": ("attn_ldmatrix_swizzle", ("ldmatrix",)),
@@ -289,7 +311,11 @@ STEPS = {
     "10f_fixed_offsets.cu": ("attn_fixed_offsets", ("ldmatrix", "cp.async")),
     "10g_occupancy.cu": ("attn_occupancy", ("ldmatrix", "cp.async")),
     "10h_stream_k.cu": ("attn_stream_k", ("ldmatrix", "cp.async", "atom.global.add")),
+    "10i_copy_warps.cu": ("attn_copy_warps", ("ldmatrix", "cp.async", "atom.global.add")),
 }
+# Stream-K steps: their plain-grid kernel (the registry's plain_function), built beside them
+PLAIN = {"10h_stream_k.cu": "attn_occupancy", "10i_copy_warps.cu": "attn_copy_warps_plain"}
+SPILLS_ALLOWED = {"10h_stream_k.cu": 64, "10i_copy_warps.cu": 64}   # the registry's spill_bytes_allowed
 
 
 def _instantiations(source: str):
@@ -298,6 +324,8 @@ def _instantiations(source: str):
         for causal in (False, True):
             if source.startswith("10e"):
                 out.extend((d, bm, bn, w, bf16, causal, st, kc) for d, bm, bn, w, st, kc in TWO_ROW_TILES)
+            elif source.startswith("10i"):
+                out.extend((d, bm, bn, w, bf16, causal, st, mb, qr, cw) for d, bm, bn, w, st, mb, qr, cw in COPY_TILES)
             elif source.startswith("10g") or source.startswith("10h"):
                 tiles = OCC_TILES if source.startswith("10g") else STREAM_TILES
                 out.extend((d, bm, bn, w, bf16, causal, st, mb, qr) for d, bm, bn, w, st, mb, qr in tiles)
@@ -319,9 +347,12 @@ def test_static_build_sm90(source):
         pytest.skip("nvcc is needed for the static build")
     function, needles = STEPS[source]
     insts = _instantiations(source)
-    for rep in static_build(f"attention/{source}", function, insts, arch="sm_90"):
+    reps = static_build(f"attention/{source}", function, insts, arch="sm_90")
+    if source in PLAIN:
+        reps = [*reps, *static_build(f"attention/{source}", PLAIN[source], insts, arch="sm_90")]
+    for rep in reps:
         name = rep.name
-        allowed = 64 if source.startswith("10h") else 0   # the registry's spill_bytes_allowed (10h's header says why)
+        allowed = SPILLS_ALLOWED.get(source, 0)   # the registry's spill_bytes_allowed (10h's header says why)
         assert rep.spill_store_bytes <= allowed and rep.stack_bytes <= allowed, \
             f"{name}: spills ({rep.spill_store_bytes} B stored, stack {rep.stack_bytes} B; {allowed} B allowed)"
         assert 0 < rep.registers <= 255, f"{name}: {rep.registers} registers"
@@ -329,14 +360,14 @@ def test_static_build_sm90(source):
         assert (MMA_BF16 if bf16 else MMA_F16) in rep.ptx, f"{name}: no m16n8k16 mma in the PTX"
         causal = rep.template_args[5]
         for needle in needles:
-            if needle == "atom.global.add" and causal:
-                continue   # 10h: causal launches keep 10g's grid, no split row blocks to count
+            if needle == "atom.global.add" and (causal or rep.function == PLAIN.get(source)):
+                continue   # 10h, 10i: causal launches keep 10g's grid, no split row blocks to count
             assert needle in rep.ptx, f"{name}: no {needle} in the PTX"
         if source.startswith(("10d", "10f")):
             D, bm, bn, w = rep.template_args[:4]
             blocks = 2 if (D <= 64 or w == 4) else 1  # the blocks/SM 10d's __launch_bounds__ asks for
             assert rep.registers * 32 * w * blocks <= 65536, f"{name}: {rep.registers} registers, < {blocks} blocks/SM"
-        if source.startswith("10g"):
+        if source.startswith(("10g", "10i")):
             D, bm, bn, w = rep.template_args[:4]
             minb = rep.template_args[7] or (2 if (D <= 64 or w == 4) else 1)   # 10g's __launch_bounds__
             assert rep.registers * 32 * w * minb <= 65536, f"{name}: {rep.registers} registers, < {minb} blocks/SM"
@@ -357,10 +388,11 @@ def test_nvrtc_build(source, monkeypatch, tmp_path):
     monkeypatch.setattr(st, "nvcc_path", lambda: None)
     assert st.compiler_version().startswith("nvrtc")
     function, needles = STEPS[source]
-    tiles = {"10e": (128, 64, 4), "10f": (128, 128, 8), "10g": (64, 48, 4), "10h": (96, 48, 6)}.get(source[:3], (128, 64, 8))
+    tiles = {"10e": (128, 64, 4), "10f": (128, 128, 8), "10g": (64, 48, 4), "10h": (96, 48, 6),
+             "10i": (64, 48, 4)}.get(source[:3], (128, 64, 8))
     insts = [i for i in _instantiations(source) if i[0] in (64, 128) and i[1:4] == tiles][:4]
     assert insts, f"no NVRTC instantiation of {source} with tiles {tiles}"
     for rep in st.static_build(f"attention/{source}", function, insts, arch="sm_90"):
-        allowed = 64 if source.startswith("10h") else 0
+        allowed = SPILLS_ALLOWED.get(source, 0)
         assert rep.registers > 0 and rep.spill_store_bytes <= allowed, f"{rep.name}: {rep.registers} registers, spills"
         assert (MMA_BF16 if rep.template_args[4] else MMA_F16) in rep.ptx

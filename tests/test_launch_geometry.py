@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from attnlab.attention import KERNELS, TILE_KV_CHOICES, TILE_ROWS_CHOICES, AttentionKernel, Param
+from attnlab.compile import included_kernels
 from attnlab.paths import KERNELS_DIR
 
 LADDER_KERNELS = sorted(n for n, s in KERNELS.items() if not s.flash)
@@ -102,7 +103,9 @@ def _flash_cases():
 
 @pytest.mark.parametrize("name", FLASH_KERNELS)
 def test_flash_kernel_decodes_blocks_as_modelled(name):
-    src = (KERNELS_DIR / KERNELS[name].source).read_text()
+    path = KERNELS_DIR / KERNELS[name].source
+    # the kernel's file and those it builds on (10h on 10g's body, 10i on 10h's)
+    src = "\n".join(p.read_text() for p in (path, *included_kernels(path)))
     # blockIdx.x picks a tile of BM rows, in grid order or (causal 10d: longest rows first) reversed:
     # either way a bijection of the row tiles, which the coverage test below models
     assert (re.search(r"blockIdx\.x \* BM\b", src) or

@@ -25,6 +25,9 @@
 //     [j0, j1), here always all of them) and the epilogue attn10g::store_rows, so 10h schedules
 //     the same body; and the tile copy also takes blocks whose threads are not a multiple of 8
 //     rows (6 warps at D = 128: the first 128 threads copy). Same instructions at 10g's tiles.
+//  5. (Later, for 10i.) The tile copy, row_block and the kernel's body (attn10g::occupancy_block)
+//     take CW, the warps that issue the cp.async copies; CW = 0 (10g, 10h) is the rule above and
+//     compiles to the same instructions.
 //  Smaller key tiles cost one barrier and one speculative-softmax vote per BN keys instead of per
 //  64 or 128, and QREG = 0 more shared-memory reads per MMA; notebook 10's scan weighs them.
 //
@@ -64,17 +67,23 @@ __host__ __device__ constexpr int min_blocks(int D, int threads) {
 // tid moves chunk tid % CPR of rows tid / CPR + i*RPP. RPP is a multiple of 8, so the swizzle key,
 // hence the shared offset step, is the same each pass: the per-thread pointers are computed once
 // and every pass and every tile is a compile-time or warp-uniform offset from them.
-// Only the first COPIERS threads copy: the largest multiple of 8 rows' worth of threads in the
-// block (all of them when THREADS is such a multiple; 128 of 192 with 6 warps at D = 128).
-template <int D, int ROWS, int THREADS>
+// Only the first COPIERS threads copy: with CW = 0 the largest multiple of 8 rows' worth of threads
+// in the block (all of them when THREADS is such a multiple; 128 of 192 with 6 warps at D = 128);
+// with CW > 0 the first CW warps (10i), RPP = 32*CW / CPR rows a pass, a multiple of 4: when it is
+// not one of 8 (2 warps at D = 128: 4 rows a pass), rows r and r + RPP have swizzle keys that
+// differ in one bit, so odd passes take a second per-thread offset (TWO), still fixed.
+template <int D, int ROWS, int THREADS, int CW = 0>
 struct TileCopy {
     static constexpr int CPR = D / 8;           // 16-byte chunks per row
-    static constexpr int COPIERS = THREADS / (8 * CPR) * (8 * CPR);
+    static constexpr int COPIERS = CW > 0 ? 32 * CW : THREADS / (8 * CPR) * (8 * CPR);
     static constexpr int RPP = COPIERS / CPR;   // rows per pass
+    static constexpr bool TWO = RPP % 8 != 0;   // two swizzle patterns, alternating by pass
     static constexpr int PASSES = ROWS / RPP;
-    static_assert(COPIERS > 0 && ROWS % RPP == 0, "tile copy: the block must cover 8 rows a pass and ROWS a whole number of passes");
+    static_assert(COPIERS > 0 && COPIERS <= THREADS && COPIERS % CPR == 0 && RPP % 4 == 0 && ROWS % RPP == 0,
+                  "tile copy: the copying threads must cover 4 (CW > 0) or 8 rows a pass and ROWS a whole number of passes");
     static __device__ __forceinline__ bool copier() { return COPIERS == THREADS || (int)threadIdx.x < COPIERS; }
-    unsigned short* s;        // this thread's first chunk in a tile at smem_base
+    unsigned short* s;        // this thread's first chunk in a tile at smem_base (even passes)
+    int odd;                  // TWO: odd passes' chunk is at s + odd + i * RPP * D
     const unsigned short* g;  // this thread's first chunk in the tile starting at row 0 of src
     const unsigned short* g0; // row 0 of src: a valid address for zero-filled copies
     int row;                  // this thread's first row within a tile
@@ -82,6 +91,7 @@ struct TileCopy {
         row = threadIdx.x / CPR;
         const int c = threadIdx.x % CPR;
         s = smem_base + swz<D>(row, c);
+        if constexpr (TWO) odd = swz<D>(row + RPP, c) - RPP * D - swz<D>(row, c);
         g = src + row * D + c * 8;
         g0 = src;
     }
@@ -91,7 +101,10 @@ struct TileCopy {
         unsigned short* d = s + dst_off;
         const unsigned short* src = g + row0 * D;
 #pragma unroll
-        for (int i = 0; i < PASSES; ++i) cp_async16(d + i * RPP * D, src + i * RPP * D);
+        for (int i = 0; i < PASSES; ++i) {
+            if constexpr (TWO) cp_async16(d + i * RPP * D + ((i & 1) ? odd : 0), src + i * RPP * D);
+            else cp_async16(d + i * RPP * D, src + i * RPP * D);
+        }
     }
     // Only rows < rows_valid of the tile exist; the others are zero-filled (source clamped).
     __device__ __forceinline__ void guarded(int dst_off, long long row0, int rows_valid) const {
@@ -101,7 +114,8 @@ struct TileCopy {
 #pragma unroll
         for (int i = 0; i < PASSES; ++i) {
             const bool valid = row + i * RPP < rows_valid;
-            cp_async16_zfill(d + i * RPP * D, valid ? src + i * RPP * D : g0, valid);
+            if constexpr (TWO) cp_async16_zfill(d + i * RPP * D + ((i & 1) ? odd : 0), valid ? src + i * RPP * D : g0, valid);
+            else cp_async16_zfill(d + i * RPP * D, valid ? src + i * RPP * D : g0, valid);
         }
     }
 };
@@ -112,7 +126,7 @@ struct TileCopy {
 // fragments relative to 2^mus (acc), its partial row sums (l_run) and its two rows' reference
 // points (mus); every cp.async group is retired and every warp is past its last read of the
 // K/V stages (sQ may still be read by this warp's epilogue: barrier before refilling it).
-template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int QREG>
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int QREG, int CW = 0>
 static __device__ __forceinline__ void row_block(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
                                                  const unsigned short* __restrict__ v, int n, float scale,
                                                  long long head, int m0, int j0, int j1, float* smem,
@@ -144,7 +158,7 @@ static __device__ __forceinline__ void row_block(const unsigned short* __restric
 
     // Prologue: groups [Q + tile 0], [tile 1], ..., [tile S-2] of the range (empty past its end).
     // K and V of tile jt into stage jt % STAGES (guarded only when the tile passes n).
-    const TileCopy<D, BN, THREADS> k_copy(sKV, kh), v_copy(sKV + BN * D, vh);
+    const TileCopy<D, BN, THREADS, CW> k_copy(sKV, kh), v_copy(sKV + BN * D, vh);
     auto load_kv = [&](int jt) {
         const int st = (jt % STAGES) * STAGE;
         if ((jt + 1) * BN <= nk) {
@@ -156,7 +170,7 @@ static __device__ __forceinline__ void row_block(const unsigned short* __restric
         }
     };
     {
-        const TileCopy<D, BM, THREADS> q_copy(sQ, q + head);
+        const TileCopy<D, BM, THREADS, CW> q_copy(sQ, q + head);
         q_copy.guarded(0, m0, n - m0);
     }
 #pragma unroll
@@ -366,6 +380,23 @@ static __device__ __forceinline__ void store_rows(unsigned short* __restrict__ o
     }
 }
 
+// The kernel's body (10i launches it with CW > 0): one block per row block (blockIdx.x) of one
+// head (blockIdx.y); smem is the kernel's dynamic shared memory.
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int QREG, int CW>
+static __device__ __forceinline__ void occupancy_block(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+                                                       const unsigned short* __restrict__ v, unsigned short* __restrict__ o,
+                                                       int n, float scale, float* smem) {
+    // Causal blocks do more work the further they are from the first row: run those first.
+    const int mblk = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int m0 = mblk * BM;
+    const long long head = head_offset(blockIdx.y, n, D);
+    int n_tiles = (n + BN - 1) / BN;
+    if (CAUSAL) n_tiles = min(n_tiles, (m0 + BM + BN - 1) / BN);  // tiles with a key <= the last row
+    float acc[D / 8][4], mus[2], l_run[2];
+    row_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG, CW>(q, k, v, n, scale, head, m0, 0, n_tiles, smem, acc, mus, l_run);
+    store_rows<D, BF16>(o, n, head, m0 + (int)(threadIdx.x / 32) * 16, smem, acc, l_run);
+}
+
 }  // namespace attn10g
 
 template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int MINB, int QREG>
@@ -373,16 +404,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB > 0 ? MINB : attn10g::min_blo
 attn_occupancy(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
                const unsigned short* __restrict__ v, unsigned short* __restrict__ o, int n, float scale) {
     static_assert(MINB >= 0, "MINB >= 0 blocks per SM");
-    // Causal blocks do more work the further they are from the first row: run those first.
-    const int mblk = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int m0 = mblk * BM;
-    const long long head = head_offset(blockIdx.y, n, D);
-    int n_tiles = (n + BN - 1) / BN;
-    if (CAUSAL) n_tiles = min(n_tiles, (m0 + BM + BN - 1) / BN);  // tiles with a key <= the last row
     extern __shared__ __align__(16) float smem[];
-    float acc[D / 8][4], mus[2], l_run[2];
-    attn10g::row_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG>(q, k, v, n, scale, head, m0, 0, n_tiles, smem, acc, mus, l_run);
-    attn10g::store_rows<D, BF16>(o, n, head, m0 + (int)(threadIdx.x / 32) * 16, smem, acc, l_run);
+    attn10g::occupancy_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG, 0>(q, k, v, o, n, scale, smem);
 }
 
 // Dynamic shared memory in bytes for attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, MINB, QREG>.

@@ -48,11 +48,14 @@
 //     is a launch parameter of the registry; attn_stream_k_plain below), the launcher runs 10g's
 //     kernel, attn_occupancy, with the same template arguments on its own grid (a separate
 //     kernel: in this one its code would share, and cost, this kernel's registers).
+//  8. (Later, for 10i.) The body is attn10h::stream_k_block, with CW (the warps that copy tiles;
+//     0 here: 10g's rule), the same instructions.
 //
 // Workspace (the launcher allocates it once per plan): ws, 2 * P * REC * THREADS floats
 // (REC = 4 * D/8 + 4), and counters, B*H * ceil(N/BM) ints, zero before the first launch (each
 // merge leaves its counter at zero again). Template and layout as 10g; blockIdx.y = b*H + h
 // (causal only). Dynamic shared memory: 10g's plus 16 bytes (the merge flag).
+#pragma once  // 10i builds on this file
 #include "10g_occupancy.cu"
 
 namespace attn10h {
@@ -87,23 +90,24 @@ struct Schedule {
 
 }  // namespace attn10h
 
-template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int MINB, int QREG>
-__global__ void __launch_bounds__(WARPS * 32, MINB > 0 ? MINB : attn10g::min_blocks(D, WARPS * 32))
-attn_stream_k(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
-              const unsigned short* __restrict__ v, unsigned short* __restrict__ o, int n, float scale, int bh,
-              float* __restrict__ ws, int* __restrict__ counters) {
-    using attn10h::Schedule;
-    static_assert(MINB >= 0, "MINB >= 0 blocks per SM");
+namespace attn10h {
+
+// The kernel's body (10i launches it with CW > 0, the warps that issue the tile copies); smem is
+// the kernel's dynamic shared memory.
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int QREG, int CW>
+static __device__ __forceinline__ void stream_k_block(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+                                                      const unsigned short* __restrict__ v, unsigned short* __restrict__ o,
+                                                      int n, float scale, int bh, float* __restrict__ ws,
+                                                      int* __restrict__ counters, float* smem) {
     constexpr int DT = D / 8, THREADS = 32 * WARPS, REC = attn10h::record_floats(D);
     const int tid = threadIdx.x, warp = tid / 32;
-    extern __shared__ __align__(16) float smem[];
     float acc[DT][4], mus[2], l_run[2];
 
     if constexpr (CAUSAL) {  // 10g's schedule
         const int m0 = (int)(gridDim.x - 1 - blockIdx.x) * BM;
         const long long head = head_offset(blockIdx.y, n, D);
         const int n_tiles = min((n + BN - 1) / BN, (m0 + BM + BN - 1) / BN);
-        attn10g::row_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG>(q, k, v, n, scale, head, m0, 0, n_tiles, smem, acc, mus, l_run);
+        attn10g::row_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG, CW>(q, k, v, n, scale, head, m0, 0, n_tiles, smem, acc, mus, l_run);
         attn10g::store_rows<D, BF16>(o, n, head, m0 + warp * 16, smem, acc, l_run);
         return;
     }
@@ -132,7 +136,7 @@ attn_stream_k(const unsigned short* __restrict__ q, const unsigned short* __rest
             const long long L = sched.L;
             const int u = (int)(it / L), j0 = (int)(it - (long long)u * L);
             const int j1 = (int)min(L, j0 + (sched.end(kr) - it));
-            attn10g::row_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG>(
+            attn10g::row_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG, CW>(
                 q, k, v, n, scale, head_offset(u / MB, n, D), (u % MB) * BM, j0, j1, smem, acc, mus, l_run);
         }
         const Schedule sched(n, bh, BM, BN);
@@ -184,6 +188,18 @@ attn_stream_k(const unsigned short* __restrict__ q, const unsigned short* __rest
         }
         attn10g::store_rows<D, BF16>(o, n, head, m0 + warp * 16, smem, acc, l_run);
     }
+}
+
+}  // namespace attn10h
+
+template <int D, int BM, int BN, int WARPS, bool BF16, bool CAUSAL, int STAGES, int MINB, int QREG>
+__global__ void __launch_bounds__(WARPS * 32, MINB > 0 ? MINB : attn10g::min_blocks(D, WARPS * 32))
+attn_stream_k(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+              const unsigned short* __restrict__ v, unsigned short* __restrict__ o, int n, float scale, int bh,
+              float* __restrict__ ws, int* __restrict__ counters) {
+    static_assert(MINB >= 0, "MINB >= 0 blocks per SM");
+    extern __shared__ __align__(16) float smem[];
+    attn10h::stream_k_block<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, QREG, 0>(q, k, v, o, n, scale, bh, ws, counters, smem);
 }
 
 // Whether a non-causal launch over bh heads of n rows takes 10g's plain grid (point 7): its

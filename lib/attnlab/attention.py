@@ -158,6 +158,21 @@ def _occupancy_constraint(d: int, p: Mapping[str, int]) -> str | None:
     return None
 
 
+def _copy_warps_constraint(d: int, p: Mapping[str, int]) -> str | None:
+    """10i: 10g's tile copy issued by the first CW warps (attn10g::TileCopy with CW > 0): 32·CW
+    threads, 32·CW / (D/8) rows a pass, a multiple of 4 dividing BM and BN; CW = 0 is 10g's rule."""
+    cw = p["CW"]
+    if cw == 0:
+        return _occupancy_constraint(d, p)
+    if p["BM"] != 16 * p["WARPS"]:
+        return f"BM must be 16·WARPS: each warp owns 16 query rows (got {dict(p)})"
+    rows, rem = divmod(32 * cw, d // 8)
+    if cw > p["WARPS"] or rem or rows % 4 or p["BM"] % rows or p["BN"] % rows or p["BN"] % 16:
+        return (f"CW={cw} copying warps move 32·CW/(D/8) rows a pass: CW <= WARPS, that a whole multiple of 4 "
+                f"dividing BM and BN, and BN a multiple of 16 (got D={d}, {dict(p)})")
+    return None
+
+
 def stream_k_iterations(bh: int, n: int, p: Mapping[str, int]) -> int:
     """Iterations (row block, key tile) of a Stream-K launch: B·H · ceil(N/BM) · ceil(N/BN)."""
     return bh * ((n + p["BM"] - 1) // p["BM"]) * ((n + p["BN"] - 1) // p["BN"])
@@ -323,6 +338,22 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
                   128: dict(BM=96, BN=48, WARPS=6, STAGES=2, MINB=2, QREG=1, FILL=100)},
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 16,
         stream_k=True, plain_function="attn_occupancy", spill_bytes_allowed=64),
+    AttentionKernel(
+        "copy_warps", "10i", "attention/10i_copy_warps.cu", "attn_copy_warps", predecessor="stream_k",
+        summary="10h with the tile copies issued by CW of the block's warps (the others go straight to "
+                "their MMAs)",
+        **{**_ROW_BLOCK_KERNEL, "template": _ROW_BLOCK_KERNEL["template"] + ("CW",),
+           "params": _ROW_BLOCK_KERNEL["params"] + (Param("FILL", (0, 50, 80, 90, 95, 100)),
+                                                   Param("CW", (0, 1, 2, 3, 4, 6))),
+           "constraint": _copy_warps_constraint},
+        # from an H200 probe (interleaved, same run): 2 of 4 warps copying beat 10g's every-thread
+        # copy at D = 64 and 128, and the plain grid (FILL = 0) beat Stream-K with these tiles at
+        # D = 128; D = 32 was not measured: 10h's parameters, every warp copying (CW = 0)
+        defaults={32: dict(BM=128, BN=64, WARPS=8, STAGES=3, MINB=0, QREG=1, FILL=90, CW=0),
+                  64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1, FILL=90, CW=2),
+                  128: dict(BM=64, BN=48, WARPS=4, STAGES=2, MINB=3, QREG=1, FILL=0, CW=2)},
+        smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 16,
+        stream_k=True, plain_function="attn_copy_warps_plain", spill_bytes_allowed=64),
 )
 
 #: The Hopper step (notebook 11, sm_90a): warpgroup MMAs on TMA-loaded shared memory.

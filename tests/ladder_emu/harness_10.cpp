@@ -6,14 +6,15 @@
 // BM / 16 warps. Build:
 //   g++ -std=c++20 -O1 -pthread -include ladder_emu.h -I kernels -DEMU_D=64 -DEMU_BM=64 -DEMU_BN=64
 //       -DEMU_WARPS=4 -DEMU_BF16=1 -DEMU_CAUSAL=0 -DEMU_STAGES=2 [-DEMU_KC=64] harness_10.cpp
-//   (EMU_KC: 10e's S chunk in keys, 32 or 64, default 32; EMU_QREG: whether 10g and 10h hold Q's
-//   fragments, default 0; the other steps ignore them)
+//   (EMU_KC: 10e's S chunk in keys, 32 or 64, default 32; EMU_QREG: whether 10g, 10h and 10i hold
+//   Q's fragments, default 0; EMU_CW: 10i's copying warps, default -1: 10i not built; the other
+//   steps ignore them)
 // Run: harness_10 selftest
 //      harness_10 DIR B H N [KERNELS]   (DIR holds q, k, v as raw 16-bit [B, H, N, D] bit patterns,
 //      bf16 or fp16 per EMU_BF16; writes o_<kernel> there, same format; KERNELS is a comma list of
-//      mma_baseline,ldmatrix_swizzle,cp_async,tuned,two_row_tiles,fixed_offsets,occupancy,stream_k, default all
-//      that apply; stream_k reads EMU_SK_BLOCKS, EMU_REVERSE and EMU_FILL (10h's FILL, default 100)
-//      from the environment)
+//      mma_baseline,ldmatrix_swizzle,cp_async,tuned,two_row_tiles,fixed_offsets,occupancy,stream_k,
+//      copy_warps, default all that apply; stream_k and copy_warps read EMU_SK_BLOCKS, EMU_REVERSE
+//      and EMU_FILL (10h's FILL, default 100) from the environment)
 #include "attention/10a_mma_baseline.cu"
 #include "attention/10b_ldmatrix_swizzle.cu"
 #include "attention/10c_cp_async.cu"
@@ -22,12 +23,16 @@
 #include "attention/10f_fixed_offsets.cu"
 #include "attention/10g_occupancy.cu"
 #include "attention/10h_stream_k.cu"
+#include "attention/10i_copy_warps.cu"
 
 #ifndef EMU_KC
 #define EMU_KC 32
 #endif
 #ifndef EMU_QREG
 #define EMU_QREG 0
+#endif
+#ifndef EMU_CW
+#define EMU_CW -1
 #endif
 
 #include <atomic>
@@ -217,9 +222,22 @@ static void run_kernels(Run& run, const unsigned short* q, const unsigned short*
             else
                 attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG>(q, k, v, o, N, scale);
         }, plain ? gridDim_default : dim3{P, 1, 1});
-        emu_reverse_blocks = false;
         for (int c : counters)
             if (c != 0) { std::fprintf(stderr, "stream_k left a row-block counter at %d (not reset by its merge)\n", c); std::exit(4); }
+        // 10i: 10h with the tile copies by EMU_CW warps, on the same grid and plain-grid choice
+        if constexpr (EMU_CW >= 0) {
+            std::fill(ws.begin(), ws.end(), std::numeric_limits<float>::quiet_NaN());
+            run("copy_warps", attn_copy_warps_smem_bytes(D, BM, BN, STAGES), 32 * WARPS, [&](unsigned short* o) {
+                if (CAUSAL || !plain)
+                    attn_copy_warps<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG, EMU_CW>(q, k, v, o, N, scale, bh,
+                                                                                             ws.data(), counters.data());
+                else
+                    attn_copy_warps_plain<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG, EMU_CW>(q, k, v, o, N, scale);
+            }, plain ? gridDim_default : dim3{P, 1, 1});
+            for (int c : counters)
+                if (c != 0) { std::fprintf(stderr, "copy_warps left a row-block counter at %d (not reset by its merge)\n", c); std::exit(4); }
+        }
+        emu_reverse_blocks = false;
     } else if constexpr (BM == 32 * WARPS) {
         run("mma_baseline", (size_t)(BM + 2 * BN) * D * 2, 64 * WARPS, [&](unsigned short* o) {
             attn_mma_baseline<D, BM, BN, 2 * WARPS, BF16, CAUSAL>(q, k, v, o, N, scale);
