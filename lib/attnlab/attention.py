@@ -353,6 +353,7 @@ FLASH_KERNELS: tuple[AttentionKernel, ...] = (
                   64: dict(BM=64, BN=64, WARPS=4, STAGES=2, MINB=0, QREG=1, FILL=90, CW=2),
                   128: dict(BM=64, BN=48, WARPS=4, STAGES=2, MINB=3, QREG=1, FILL=0, CW=2)},
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 16,
+        # spills: 10h's body and schedule (10h's header, point 5); its plain-grid kernel spills nothing
         stream_k=True, plain_function="attn_copy_warps_plain", spill_bytes_allowed=64),
 )
 
