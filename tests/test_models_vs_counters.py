@@ -133,3 +133,19 @@ def test_vec_paddeds_load_excess_is_not_in_its_instructions():
         conflicts = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
         rate, plain_rate = padded[conflicts] / padded[SASS_LD], plain[conflicts] / plain[SASS_LD]
         assert rate > 0.002 and rate > 50 * plain_rate, (d, n, rate, plain_rate)
+
+
+def test_naive_dram_bytes_lie_between_the_inputs_and_the_ideal():
+    """Bytes moved, model vs counters (notebook 06's naive N sweep): whatever the logical traffic
+    (K and V re-read per query row), DRAM carries at least Q, K and V once (1 % tolerance) and at
+    most the ideal, each input once and O once, plus 5 % while K+V of all heads fit in L2. Where the
+    working set is far below L2 (< 20 %), DRAM carries the inputs alone (within 3 %): O's writes
+    stay in L2 past the launch, which is why 06 can read 0.75x the ideal."""
+    q = rl.l2_question(_ladder(), 60 * 2**20)
+    assert len(q) >= 8
+    assert (q["dram_over_reads"] >= 0.99).all(), q[["N", "D", "dram_over_reads"]]
+    inside = q[q["kv_over_l2"] < 1]
+    assert (inside["dram_over_ideal"] <= 1.05).all(), inside[["N", "D", "dram_over_ideal"]]
+    small = q[q["kv_over_l2"] < 0.2]
+    assert len(small) >= 4 and ((small["dram_over_reads"] - 1).abs() <= 0.03).all(), small[["N", "D", "dram_over_reads"]]
+

@@ -149,8 +149,19 @@ def test_measured_vs_modelled_and_l2_question():
     assert q["dram_over_ideal"].is_monotonic_increasing
     assert q["dram_over_logical"].iloc[-1] == pytest.approx(3 * rl.ideal_bytes(2, 8, 16384, 64)
                                                              / rl.naive_bytes(2, 8, 16384, 64))
+    assert q["dram_over_reads"].tolist() == pytest.approx([4 / 3, 4 / 3, 4 / 3, 4])
     with pytest.raises(ValueError, match="naive"):
         rl.l2_question(m[m.kernel != "naive"], 1.0)
+
+
+def test_describe_below_ideal_names_what_the_bytes_match():
+    row = {"N": 256, "dram_over_ideal": 0.7518, "dram_over_reads": 0.7518 / 0.75}
+    text = rl.describe_below_ideal(row)
+    assert "N=256" in text and "1.002×" in text and "O's writes" in text
+    # below the ideal but not the reads alone: no claim about O
+    text = rl.describe_below_ideal({"N": 4096, "dram_over_ideal": 0.91, "dram_over_reads": 0.91 / 0.75})
+    assert "1.21×" in text and "0.91×" in text and "O's writes, the other quarter" not in text
+    assert rl.describe_below_ideal({"N": 16384, "dram_over_ideal": 1.02, "dram_over_reads": 1.36}) == ""
 
 
 def test_classify():
