@@ -39,7 +39,7 @@ needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to bui
 EMU_DIR = REPO_ROOT / "tests" / "ladder_emu"
 KERNELS = ("mma_baseline", "ldmatrix_swizzle", "cp_async", "tuned", "fixed_offsets", "occupancy", "stream_k",
            "copy_warps")  # BM = 16 * WARPS
-KERNELS_6W = ("mma_baseline", "occupancy", "stream_k", "copy_warps")   # 6 warps at D = 128: 10g's copy by 128 of 192 threads
+KERNELS_6W = ("mma_baseline", "occupancy", "stream_k", "copy_warps")   # 6 warps at D = 128: 10g/10h copy with 128 of 192 threads
 KERNELS_10E = ("mma_baseline", "two_row_tiles")                         # BM = 32 * WARPS
 
 # (D, BM, BN, WARPS, BF16, CAUSAL, STAGES) -> [(B, H, N, inputs)], inputs in {"normal", "large",
@@ -272,6 +272,54 @@ def test_flash_ladder_on_cpu_model(case, build, tmp_path):
     name = "two_row_tiles" if two_rows else "tuned"
     err = rel_error(outs[name][valid], base)
     assert err < tol, f"{name} differs from mma_baseline: relative difference {err:.2e}"
+
+
+# ------------------------------------------------------------------ sanitizers
+
+# 10g/10h/10i on one small odd shape, built with AddressSanitizer + UBSan (tests/test_ladder_emu.py's
+# flags; tests/sanitize/smem_guard.h poisons the model's shared memory past what a launch asked
+# for): D = 128 with 6 warps (10i copying with 2 of them: 4 rows a pass, two swizzle patterns),
+# N = 77 (a last row block of 77 - 0 = 77 < 96 rows and a last key tile of 29 keys), B·H = 3, and
+# the Stream-K path on 5 blocks in reverse order (row blocks split, the workspace and counters
+# written and merged). An access past q, k, v, o, the workspace or the counters (vectors of
+# exactly their size), past the dynamic shared memory, or undefined behaviour aborts the run.
+SANITIZE_10 = ((128, 96, 48, 6, True, False, 2), (1, 3, 77))
+
+
+@needs_gxx
+def test_stream_k_and_copy_warps_under_sanitizers(tmp_path):
+    from test_ladder_emu import SANITIZE_ENV, SANITIZE_FLAGS, SANITIZER_REPORT, _sanitizers_work
+
+    if not _sanitizers_work(tmp_path):
+        pytest.skip("g++ cannot build with -fsanitize=address,undefined here (libasan/libubsan missing)")
+    cfg, (B, H, N) = SANITIZE_10
+    D, bm, bn, w, bf16, causal, st = cfg
+    cw = 2
+    assert get_spec("copy_warps").constraint(D, dict(BM=bm, BN=bn, WARPS=w, CW=cw)) is None
+    exe = tmp_path / "harness_10_asan"
+    cmd = [GXX, "-std=c++20", "-O1", "-pthread", *SANITIZE_FLAGS, "-include", str(EMU_DIR / "ladder_emu.h"),
+           "-include", str(REPO_ROOT / "tests" / "sanitize" / "smem_guard.h"), f"-I{KERNELS_DIR}",
+           f"-DEMU_D={D}", f"-DEMU_BM={bm}", f"-DEMU_BN={bn}", f"-DEMU_WARPS={w}", f"-DEMU_BF16={int(bf16)}",
+           f"-DEMU_CAUSAL={int(causal)}", f"-DEMU_STAGES={st}", "-DEMU_QREG=1", f"-DEMU_CW={cw}",
+           str(EMU_DIR / "harness_10.cpp"), "-o", str(exe)]
+    res = emu_build.run(cmd)
+    assert res.returncode == 0, f"sanitizer build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
+    rng = np.random.default_rng(77)
+    q, k, v = (rng.standard_normal((B, H, N, D), dtype=np.float32) for _ in range(3))
+    bits = {name: _to16(a, bf16) for name, a in (("q", q), ("k", k), ("v", v))}
+    for name, a in bits.items():
+        a.tofile(tmp_path / name)
+    env = {**os.environ, **SANITIZE_ENV, "EMU_SK_BLOCKS": "5", "EMU_REVERSE": "1", "EMU_FILL": "101"}
+    names = "occupancy,stream_k,copy_warps"
+    res = subprocess.run([str(exe), str(tmp_path), str(B), str(H), str(N), names], capture_output=True, text=True,
+                         timeout=600, env=env)
+    report = [line for line in res.stderr.splitlines() if any(s in line for s in SANITIZER_REPORT)]
+    assert res.returncode == 0 and not report, f"sanitizer report (exit {res.returncode}):\n{res.stderr[-6000:]}"
+    assert "stream_k plain=0" in res.stdout, res.stdout   # the Stream-K path ran, not the plain grid
+    ref = attention_fp64(*(_from16(bits[n], bf16).astype(np.float64).reshape(B, H, N, D) for n in "qkv"))
+    for name in names.split(","):
+        o = _from16(np.fromfile(tmp_path / f"o_{name}", dtype=np.uint16), bf16).reshape(B, H, N, D)
+        assert np.isfinite(o).all() and rel_error(o, ref) < 1e-2, name
 
 
 # ------------------------------------------------------------------ static builds (sm_90)

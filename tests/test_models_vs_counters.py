@@ -149,3 +149,49 @@ def test_naive_dram_bytes_lie_between_the_inputs_and_the_ideal():
     small = q[q["kv_over_l2"] < 0.2]
     assert len(small) >= 4 and ((small["dram_over_reads"] - 1).abs() <= 0.03).all(), small[["N", "D", "dram_over_reads"]]
 
+
+
+# ---------------------------------------------------------------- occupancy (every ncu table)
+
+def _launches() -> pd.DataFrame:
+    """One row per profiled lab kernel launch of every recorded ncu table (libraries left out):
+    its block size, registers, shared memory per block and ncu's occupancy limits."""
+    keep = ["launch__block_size", "launch__registers_per_thread", "launch__shared_mem_per_block",
+            "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_warps"]
+    rows = []
+    for path in sorted(RESULTS.glob("*__ncu.csv")):
+        r = pd.read_csv(path)
+        r = r[r["metric"].isin(keep) & ~r["kernel"].astype(str).str.startswith(("sdpa", "fla", "torch"))]
+        if r.empty:
+            continue
+        idx = [c for c in ("kernel", "D", "N", "T", "causal", "purpose", "ncu_kernels") if c in r.columns]
+        wide = r.pivot_table(index=idx, columns="metric", values="value", aggfunc="first").reset_index()
+        rows.append(wide.dropna(subset=keep).assign(table=path.name))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_occupancy_model_meets_ncus_limits():
+    """attnlab.occupancy against Nsight Compute's launch__occupancy_limit_* on every profiled lab
+    kernel (06, 08-11, 13): the blocks per SM, and the register and warp limits, are equal. ncu's
+    shared_mem_per_block includes the 1 KiB the driver reserves per block (the model adds it
+    itself). ncu's shared-memory limit is taken at the carveout the driver configured for the
+    launch, which it makes smaller than the maximum when shared memory does not bind; the model
+    assumes the maximum: so the two are equal where shared memory binds (or ties), and elsewhere
+    ncu's lies between the blocks that run and the model's."""
+    from attnlab.occupancy import occupancy
+
+    L = _launches()
+    assert len(L) >= 60 and L["table"].nunique() >= 5
+    for r in L.itertuples():
+        o = occupancy("sm_90", int(r.launch__block_size), int(r.launch__registers_per_thread),
+                      0, int(r.launch__shared_mem_per_block) - 1024)
+        ncu_limits = {"registers": r.launch__occupancy_limit_registers, "shared memory": r.launch__occupancy_limit_shared_mem,
+                      "warps": r.launch__occupancy_limit_warps}
+        where = f"{r.table} {r.kernel} D={r.D}"
+        assert o.blocks_per_sm == min(ncu_limits.values()), (where, o.limits, ncu_limits)
+        assert o.limits["registers"] == ncu_limits["registers"] and o.limits["warps"] == ncu_limits["warps"], \
+            (where, o.limits, ncu_limits)
+        if "shared memory" in o.limiters:
+            assert o.limits["shared memory"] == ncu_limits["shared memory"], (where, o.limits, ncu_limits)
+        else:
+            assert o.blocks_per_sm <= ncu_limits["shared memory"] <= o.limits["shared memory"], (where, o.limits, ncu_limits)

@@ -37,6 +37,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 // ------------------------------------------------------------------ layout self-test (one warp)
@@ -212,8 +213,31 @@ static void run_kernels(Run& run, const unsigned short* q, const unsigned short*
         const char* env_f = std::getenv("EMU_FILL");
         const bool plain = CAUSAL || attn_stream_k_plain(bh, N, BM, slots, env_f ? std::atoi(env_f) : 100);
         if (!CAUSAL) std::printf("stream_k plain=%d\n", (int)plain);
-        std::vector<float> ws(attn_stream_k_ws_floats(D, 32 * WARPS, (int)P), std::numeric_limits<float>::quiet_NaN());
-        std::vector<int> counters((size_t)bh * ((N + BM - 1) / BM), 0);
+        // The workspace and counters as the kernel's size helper and the launcher say, each followed
+        // by a guard of the same size holding a sentinel: a write past either is reported (exit 5),
+        // however far past it lands (AddressSanitizer only sees a few KiB around an allocation).
+        const size_t n_ws = attn_stream_k_ws_floats(D, 32 * WARPS, (int)P), n_counters = (size_t)bh * ((N + BM - 1) / BM);
+        constexpr unsigned WS_GUARD = 0x7fbadbadu;   // a NaN no kernel computes
+        constexpr int COUNTER_GUARD = 0x5a5a5a5a;
+        std::vector<float> ws(2 * n_ws, std::numeric_limits<float>::quiet_NaN());
+        std::vector<int> counters(2 * n_counters, 0);
+        auto guard_ws = [&] {
+            std::fill(ws.begin(), ws.begin() + n_ws, std::numeric_limits<float>::quiet_NaN());
+            for (size_t i = n_ws; i < 2 * n_ws; ++i) std::memcpy(&ws[i], &WS_GUARD, 4);
+            std::fill(counters.begin() + n_counters, counters.end(), COUNTER_GUARD);
+        };
+        auto check_guards = [&](const char* name) {
+            for (size_t i = n_ws; i < 2 * n_ws; ++i) {
+                unsigned bits;
+                std::memcpy(&bits, &ws[i], 4);
+                if (bits != WS_GUARD) { std::fprintf(stderr, "%s wrote past its workspace (float %zu of %zu)\n", name, i, n_ws); std::exit(5); }
+            }
+            for (size_t i = n_counters; i < 2 * n_counters; ++i)
+                if (counters[i] != COUNTER_GUARD) { std::fprintf(stderr, "%s wrote past its counters (%zu of %zu)\n", name, i, n_counters); std::exit(5); }
+            for (size_t i = 0; i < n_counters; ++i)
+                if (counters[i] != 0) { std::fprintf(stderr, "%s left a row-block counter at %d (not reset by its merge)\n", name, counters[i]); std::exit(4); }
+        };
+        guard_ws();
         emu_reverse_blocks = std::getenv("EMU_REVERSE") && std::atoi(std::getenv("EMU_REVERSE")) != 0;
         run("stream_k", attn_stream_k_smem_bytes(D, BM, BN, STAGES), 32 * WARPS, [&](unsigned short* o) {
             if (CAUSAL || !plain)
@@ -222,11 +246,10 @@ static void run_kernels(Run& run, const unsigned short* q, const unsigned short*
             else
                 attn_occupancy<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG>(q, k, v, o, N, scale);
         }, plain ? gridDim_default : dim3{P, 1, 1});
-        for (int c : counters)
-            if (c != 0) { std::fprintf(stderr, "stream_k left a row-block counter at %d (not reset by its merge)\n", c); std::exit(4); }
+        check_guards("stream_k");
         // 10i: 10h with the tile copies by EMU_CW warps, on the same grid and plain-grid choice
         if constexpr (EMU_CW >= 0) {
-            std::fill(ws.begin(), ws.end(), std::numeric_limits<float>::quiet_NaN());
+            guard_ws();
             run("copy_warps", attn_copy_warps_smem_bytes(D, BM, BN, STAGES), 32 * WARPS, [&](unsigned short* o) {
                 if (CAUSAL || !plain)
                     attn_copy_warps<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG, EMU_CW>(q, k, v, o, N, scale, bh,
@@ -234,8 +257,7 @@ static void run_kernels(Run& run, const unsigned short* q, const unsigned short*
                 else
                     attn_copy_warps_plain<D, BM, BN, WARPS, BF16, CAUSAL, STAGES, 0, EMU_QREG, EMU_CW>(q, k, v, o, N, scale);
             }, plain ? gridDim_default : dim3{P, 1, 1});
-            for (int c : counters)
-                if (c != 0) { std::fprintf(stderr, "copy_warps left a row-block counter at %d (not reset by its merge)\n", c); std::exit(4); }
+            check_guards("copy_warps");
         }
         emu_reverse_blocks = false;
     } else if constexpr (BM == 32 * WARPS) {

@@ -40,7 +40,11 @@ def _as_f64(x, xp=np):
 
 
 def check_shapes(q, k, v, g, beta, initial_state=None) -> tuple[int, int, int, int, int]:
-    """(B, T, H, K, V) after checking that the five inputs (and the state) agree."""
+    """(B, T, H, K, V) after checking that the five inputs (and the state) are arrays and agree."""
+    named = dict(q=q, k=k, v=v, g=g, beta=beta, **({} if initial_state is None else {"initial_state": initial_state}))
+    for name, a in named.items():
+        if not (hasattr(a, "shape") and hasattr(a, "ndim")):
+            raise ValueError(f"{name} must be an array (NumPy, CuPy or a torch tensor), got {type(a).__name__}")
     if q.ndim != 4:
         raise ValueError(f"q must be [B, T, H, K], got shape {tuple(q.shape)}")
     B, T, H, K = q.shape
