@@ -195,3 +195,35 @@ def test_occupancy_model_meets_ncus_limits():
             assert o.limits["shared memory"] == ncu_limits["shared memory"], (where, o.limits, ncu_limits)
         else:
             assert o.blocks_per_sm <= ncu_limits["shared memory"] <= o.limits["shared memory"], (where, o.limits, ncu_limits)
+
+
+# ---------------------------------------------------------------- workspace memory (07, 13)
+
+def test_delta_workspace_model_meets_the_measured_memory():
+    """Extra device memory of our KDA forms, recomputed with today's models, against what notebooks 07
+    and 13 measured (CuPy's pool, before and after one call): 07 counts the output with the
+    workspace (recurrent: O alone; chunked: O + attnlab.delta.model.workspace_bytes at the default
+    chunk), 13 the workspace alone (07+10: 07's T/A words, attnlab.delta.kernels.ta_workspace_shape;
+    06 fused: none; the three kernels: 07's chunked workspace). Every measurement equals its model
+    to within the pool's rounding (< 1 MiB) and the recorded model column is today's model."""
+    import numpy as np
+
+    from attnlab.delta import kernels as dk
+    from attnlab.delta.model import workspace_bytes
+
+    checked = 0
+    for nb in ("07_delta_attention_chunking", "13_fast_delta"):
+        m = pd.read_csv(RESULTS / f"{nb}__memory.csv")
+        for r in m.itertuples():
+            B, T, H, K, V = int(r.B), int(r.T), int(r.H), int(r.K), int(r.V)
+            chunked = workspace_bytes(B, T, H, K, V, dk.DEFAULT_CHUNK)
+            model = {"recurrent": 4 * B * T * H * V, "chunked": 4 * B * T * H * V + chunked,
+                     "07+10": 4 * int(np.prod(dk.ta_workspace_shape(B, T, H))), "06 fused": 0,
+                     "02+03+05 (three kernels)": chunked}.get(r.implementation)
+            if model is None:
+                assert str(r.implementation).startswith("fla"), f"{nb}: no model for {r.implementation}"
+                continue
+            assert r.model_bytes == model, (nb, r.implementation, T, r.model_bytes, model)
+            assert 0 <= r.extra_bytes - model < 2**20, (nb, r.implementation, T, r.extra_bytes, model)
+            checked += 1
+    assert checked >= 17   # 07: 2 forms x 4 T; 13: 3 forms x 3 T

@@ -1,4 +1,4 @@
-"""The index's headline figures of the flash notebooks (reports/<gpu>/runs.json) recomputed from the
+"""The index's headline figures (reports/<gpu>/runs.json) recomputed from the
 recorded CSVs with the same library calls: a headline that its table does not give back is stale or
 typed by hand."""
 
@@ -51,8 +51,52 @@ def test_notebook_10_headlines():
     best = flash.fastest(lat, kernels, [(d, n) for d in (64, 128) for n in (4096, 16384)])
     assert _close(h["x_sdpa_flash_min"], flash.min_ratio(lat, best, "sdpa_flash", D_list=[64, 128], N_list=[4096, 16384]))
     assert _close(h["x_cudnn_d128_n16384"], flash.min_ratio(lat, best, "sdpa_cudnn", D_list=[128], N_list=[16384]))
+    assert _close(h["x_sdpa_flash_causal_min"], flash.min_ratio(lat, best, "sdpa_flash", D_list=[64, 128],
+                                                                N_list=[4096, 16384], causal=True))
     mine = chk[(chk["kernel"] == best) & (chk["case"] != "large logits")]
     assert _close(h["err_vs_sdpa_max"], mine["err_vs_sdpa"].max())
+
+
+def test_notebook_01_headlines():
+    from attnlab.bench import versus_sdpa
+
+    nb = "01_naive"
+    h, timing, chk = _headlines(nb), _table(nb, "timing"), _table(nb, "correctness")
+    summary = versus_sdpa(timing, "naive", None)
+    big = summary[summary["N"] == summary["N"].max()]
+    assert _close(h["best_naive_tflops"], summary["naive_tflops"].max())
+    assert _close(h["sdpa_speedup_at_max_N"], big["sdpa_speedup"].median())
+    assert _close(h["worst_rel_err"], chk["rel_err_fp64"].max())
+    assert h["shapes_checked"] == len(chk) and h["all_correct"] == bool(chk["passed"].all())
+
+
+def test_notebook_08_headlines():
+    nb = "08_register_tiling"
+    h, lat, chk, ceil = (_headlines(nb), _table(nb, "latency"), _table(nb, "correctness"), _table(nb, "ceilings"))
+    at = lambda k: float(lat[(lat["kernel"] == k) & (lat["D"] == 128) & (lat["N"] == 4096)]["median_ms"].iloc[0])
+    mine = lat[(lat["kernel"] == "register_tiled") & (lat["D"] == 128) & (lat["N"] == 4096)]
+    tflops = float(mine["tflops"].iloc[0])
+    fma = float(ceil.loc[ceil["ceiling"] == "fp32_fma", "value"].iloc[0]) / 1e12
+    assert _close(h["tflops_d128_n4096"], tflops)
+    assert _close(h["x_sdpa_fp32_d128_n4096"], at("sdpa") / at("register_tiled"))
+    assert _close(h["x_vec_padded_d128_n4096"], at("vec_padded") / at("register_tiled"))
+    assert _close(h["pct_fma_peak_d128_n4096"], 100 * tflops / fma)
+    assert _close(h["worst_rel_err"], chk[chk["kernel"] == "register_tiled"]["rel_err_fp64"].max())
+
+
+def test_notebook_07_headlines():
+    """Notebook 07's index figures from its tables: the chunked form against our recurrent kernel and
+    fla's chunk_kda (bf16) at T = 16384, its worst error at the target shape, its correctness cases."""
+    nb = "07_delta_attention_chunking"
+    h, lat, acc, chk = (_headlines(nb), _table(nb, "latency"), _table(nb, "accuracy"), _table(nb, "correctness"))
+    T = h["T"]
+    at = lambda impl, dtype="fp32": float(lat[(lat["T"] == T) & (lat["implementation"] == impl)
+                                             & (lat["dtype"] == dtype)]["median_ms"].iloc[0])
+    assert _close(h["chunked_vs_recurrent"], at("recurrent") / at("chunked"))
+    assert _close(h["chunked_vs_fla_chunk_bf16"], at("fla chunk_kda", "bf16") / at("chunked"))
+    ours = acc[~acc["implementation"].str.startswith("fla")]
+    assert _close(h["worst_rel_err_target_shape"], ours["rel_err_o"].max())
+    assert h["cases_checked"] == len(chk) and h["all_correct"] == bool(chk["passed"].all())
 
 
 def test_notebook_11_headlines():
