@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from attnlab.attention import (DEFAULT_TILES, KERNELS, LADDER, get_spec, resolve_params, resolve_tiles,
-                                validate_qkv)
+from attnlab.attention import (DEFAULT_TILES, KERNELS, SEED_LADDER, SEED_TILED, get_spec, resolve_params,
+                                resolve_tiles, validate_qkv)
 from attnlab.bench import EDGE_SHAPES
 from attnlab.paths import KERNELS_DIR
 
@@ -198,7 +198,11 @@ def test_bad_inputs_get_named_errors():
 
 
 def test_ladder_order():
-    assert LADDER == ("naive", "tiled", "vec_load", "vec_padded")
+    assert SEED_LADDER == ("naive", "tiled", "vec_load", "vec_padded", "double_buffer")
+    assert SEED_TILED == SEED_LADDER[1:]
+    # ncu's profiling plan (a tool: it cannot import the registry) names the same kernels
+    from attnlab import ncu
+    assert ncu.PLAN_KERNELS == SEED_LADDER
 
 
 # ---------------------------------------------------------------- the registry itself

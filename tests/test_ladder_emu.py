@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnlab.attention import SEED_LADDER
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
 from attnlab.reference import attention_fp64, rel_error
 
@@ -22,7 +23,7 @@ GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ (C++20) is needed to build the CPU execution model")
 
 EMU_DIR = REPO_ROOT / "tests" / "ladder_emu"
-KERNELS = ("naive", "tiled", "vec_load", "vec_padded", "double_buffer")
+KERNELS = SEED_LADDER   # the registry's seed ladder, in step order
 # (D, TILE_ROWS, TILE_KV) -> shapes (B, H, N): the seed's tiles plus odd ones (one warp per block,
 # a K/V tile longer than N, 32 warps per block), N = 1, N not a multiple of either tile.
 CONFIGS = {

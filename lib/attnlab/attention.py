@@ -52,6 +52,7 @@ class AttentionKernel:
     function: str
     predecessor: str | None = None      # the kernel this one changes (for source diffs)
     summary: str = ""
+    label: str = ""                     # a short name for plots and tables (the seed's ladder)
     precision: str = "fp32"             # 'fp32' (FMA), 'tf32', '3xtf32', '16-bit' (bf16/fp16 MMA)
     dtypes: tuple[str, ...] = (FLOAT32,)
     head_dims: tuple[int, ...] = SUPPORTED_HEAD_DIMS
@@ -395,23 +396,27 @@ HOPPER_KERNELS += (
         smem=lambda d, p: 2 * d * (p["BM"] + 2 * p["STAGES"] * p["BN"]) + 1024),)
 
 KERNELS: dict[str, AttentionKernel] = {k.name: k for k in (
-    AttentionKernel("naive", "01", "attention/01_naive.cu", "attn_naive", tiled=False,
+    AttentionKernel("naive", "01", "attention/01_naive.cu", "attn_naive", tiled=False, label="Naive",
                     summary="one warp per query row, K/V read straight from global memory"),
-    AttentionKernel("tiled", "02", "attention/02_tiled.cu", "attn_tiled", predecessor="naive",
+    AttentionKernel("tiled", "02", "attention/02_tiled.cu", "attn_tiled", predecessor="naive", label="Tiled",
                     summary="TILE_ROWS warps share K/V tiles in shared memory"),
     AttentionKernel("vec_load", "03", "attention/03_vec_load.cu", "attn_vec_load", predecessor="tiled",
-                    vector_loads=True, summary="tiled, global→shared copies as 128-bit float4 loads"),
+                    label="VecLoad", vector_loads=True, summary="tiled, global→shared copies as 128-bit float4 loads"),
     AttentionKernel("vec_padded", "04", "attention/04_vec_padded.cu", "attn_vec_padded", predecessor="vec_load",
-                    vector_loads=True, smem_pad=4,
+                    label="VecPad", vector_loads=True, smem_pad=4,
                     summary="float4 loads, shared-memory rows padded by 4 floats"),
     AttentionKernel("double_buffer", "04b", "attention/04b_double_buffer.cu", "attn_double_buffer",
-                    predecessor="vec_padded", vector_loads=True, smem_pad=4, kv_stages=2,
+                    predecessor="vec_padded", label="DoubleBuf", vector_loads=True, smem_pad=4, kv_stages=2,
                     summary="padded float4 kernel with ping-pong K/V tiles filled by cp.async"),
     *FLASH_KERNELS,
     *HOPPER_KERNELS,
 )}
-#: The seed's ladder, in order (the flash kernels continue it in their own notebooks).
-LADDER = ("naive", "tiled", "vec_load", "vec_padded")
+#: The seed's ladder (01-04b, fp32, TILE_ROWS/TILE_KV tiles), in step order: notebooks 01-06 run it;
+#: the flash kernels (08 on) continue it in their own notebooks.
+SEED_LADDER: tuple[str, ...] = tuple(sorted((k.name for k in KERNELS.values() if not k.flash),
+                                            key=lambda n: KERNELS[n].step))
+#: Its tiled members (02 on), which share K/V tiles in shared memory.
+SEED_TILED: tuple[str, ...] = tuple(k for k in SEED_LADDER if KERNELS[k].tiled)
 
 
 def kernels_of_step(prefix: str) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .attention import SEED_LADDER, SEED_TILED, get_spec
 # The NumPy model of the online softmax lives in models.py beside the naive one; the ladder
 # notebooks reach it through this module.
 from .models import (SoftmaxState, empty_state, merge_states, softmax_attention,  # noqa: F401
@@ -31,13 +32,13 @@ from .reference import attention_flops
 from .seed import SEED_TILES, seed_slowdown
 
 SDPA = "torch_sdpa"
-#: The ladder in order; double_buffer is the seed's side experiment revisited (cp.async).
-KERNEL_ORDER = ("naive", "tiled", "vec_load", "vec_padded", "double_buffer")
-TILED_FAMILY = ("tiled", "vec_load", "vec_padded", "double_buffer")
-#: The step each kernel is measured against ("speedup vs previous step").
-PREVIOUS = {"tiled": "naive", "vec_load": "tiled", "vec_padded": "vec_load", "double_buffer": "vec_padded"}
-LABELS = {"naive": "Naive", "tiled": "Tiled", "vec_load": "VecLoad", "vec_padded": "VecPad",
-          "double_buffer": "DoubleBuf", SDPA: "SDPA"}
+#: The ladder in order, from the registry; double_buffer is the seed's side experiment revisited
+#: (cp.async).
+KERNEL_ORDER = SEED_LADDER
+TILED_FAMILY = SEED_TILED
+#: The step each kernel is measured against ("speedup vs previous step"): its registry predecessor.
+PREVIOUS = {k: get_spec(k).predecessor for k in TILED_FAMILY}
+LABELS = {**{k: get_spec(k).label for k in KERNEL_ORDER}, SDPA: "SDPA"}
 #: Seed 000's advice table ("给开发者的建议"): kernel, TILE_ROWS, TILE_KV per head dim.
 SEED_ADVICE = {32: ("tiled", 8, 32), 64: ("naive", None, None), 128: ("naive", None, None)}
 SEED_ADVICE_TEXT = {32: "D ≤ 32: tiled, TILE_ROWS=8, TILE_KV=32",

@@ -27,11 +27,12 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from . import paths
+from .attention import SEED_TILED
 
 BYTES_FP32 = 4
 
 #: kernel names of the ladder that share the tiled data flow (02–05)
-TILED_KERNELS = ("tiled", "vec_load", "vec_padded", "double_buffer")
+TILED_KERNELS = SEED_TILED   # the seed ladder's tiled kernels (attention's registry)
 #: default rows per block when a recorded table does not say (the seed's TILE_ROWS for every D)
 DEFAULT_TILE_ROWS = 8
 
