@@ -203,3 +203,13 @@ def test_the_results_first_page_has_results_but_no_code(tmp_path):
     assert "secret_kernel" in page.read_text()                                        # the full page keeps all
     refs = _refs(short)
     assert refs.scripts == [MATHJAX_JS] and not refs.stylesheets
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_committed_pages_colour_diffs_and_scroll_wide_tables(page):
+    """Every committed page carries the export's own style: deleted and inserted diff lines in colour,
+    wide tables scrolling inside their output (re-export with rebuild_html after changing it)."""
+    text = page.read_text(encoding="utf-8")
+    assert ".highlight .gd { color:" in text and ".highlight .gi { color:" in text, page.name
+    assert "overflow-x: auto" in text, page.name
+

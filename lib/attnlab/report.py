@@ -243,6 +243,16 @@ MATHJAX_FILES = {"tex-svg.js": "es5/tex-svg.js", "LICENSE": "LICENSE"}
 _PAGE_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block extra_css %}
+<style>
+/* attnlab: source diffs in colour (Pygments' deleted / inserted / hunk classes) */
+.highlight .gd { color: #b31d28; background-color: #ffeef0; }
+.highlight .gi { color: #22863a; background-color: #e6ffed; }
+.highlight .gu, .highlight .gh { color: #6f42c1; font-weight: bold; }
+/* wide tables scroll inside their output instead of running off the page's edge */
+.jp-RenderedHTMLCommon table { display: block; max-width: 100%; overflow-x: auto; }
+</style>
+{% endblock extra_css %}
 {%- block html_head_js_mathjax -%}
 <script>
 window.MathJax = {
