@@ -32,6 +32,7 @@ class _Device:
     def __init__(self, i: int = 0):
         self.id = i
         self.compute_capability = "90"
+        self.attributes = {"MultiProcessorCount": 132}
 
 
 class ndarray(np.ndarray):
@@ -44,12 +45,44 @@ class ndarray(np.ndarray):
     def get(self):
         return np.array(self)
 
+    @property
+    def data(self):   # CuPy's MemoryPointer: .ptr, the address (the launchers check alignment with it)
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
 
 ndarray.__module__ = "cupy"
 
 
 def _wrap(a) -> ndarray:
     return np.asarray(a).view(ndarray)
+
+
+GUARD_BYTE = 0xA5
+
+
+def _guarded(shape, dtype) -> ndarray:
+    """An uninitialised array followed, in the same allocation, by a guard as large as itself filled
+    with GUARD_BYTE: a kernel writing past the array's end (up to twice its size) lands in the guard,
+    which EmuKernel checks after each launch, instead of in some other allocation."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    buf = np.empty(2 * n + 64 // dtype.itemsize + 1, dtype)
+    buf.view(np.uint8)[n * dtype.itemsize:] = GUARD_BYTE
+    a = buf[:n].reshape(shape).view(ndarray)
+    a._guard = buf.view(np.uint8)[n * dtype.itemsize:]
+    return a
+
+
+def _guarded_copy(x, dtype=None) -> ndarray:
+    x = np.ascontiguousarray(x, dtype=dtype)
+    a = _guarded(x.shape, x.dtype)
+    a[...] = x
+    return a
+
+
+def guard_intact(a) -> bool:
+    g = getattr(a, "_guard", None)
+    return g is None or bool((g == GUARD_BYTE).all())
 
 
 class _Pool:
@@ -61,7 +94,7 @@ class _Pool:
     def alloc(self, shape, dtype):
         import weakref
 
-        a = _wrap(np.empty(shape, dtype))
+        a = _guarded(shape, dtype)
         n = a.nbytes
         self.used += n
         weakref.finalize(a, self._free, n)
@@ -87,9 +120,10 @@ def make_fake_cupy() -> types.ModuleType:
     cp = types.ModuleType("cupy")
     cp.ndarray = ndarray
     cp.float32, cp.float64, cp.uint8, cp.uint32 = np.float32, np.float64, np.uint8, np.uint32
+    cp.float16, cp.int16, cp.uint16, cp.int32 = np.float16, np.int16, np.uint16, np.int32
     cp.empty = lambda shape, dtype=np.float32: _POOL.alloc(shape, dtype)
-    cp.zeros = lambda shape, dtype=np.float32: _wrap(np.zeros(shape, dtype))
-    cp.asarray = lambda a, dtype=None: _wrap(np.asarray(a, dtype=dtype))
+    cp.zeros = lambda shape, dtype=np.float32: _guarded_copy(np.zeros(shape, dtype))
+    cp.asarray = lambda a, dtype=None: a if (isinstance(a, ndarray) and dtype is None) else _guarded_copy(a, dtype)
     cp.ascontiguousarray = lambda a, dtype=None: _wrap(np.ascontiguousarray(a, dtype=dtype))
     cp.from_dlpack = lambda a: _wrap(np.from_dlpack(a))
     cp.abs = lambda a: _wrap(np.abs(a))
@@ -109,7 +143,10 @@ def make_fake_cupy() -> types.ModuleType:
         get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None),
         Device=_Device,
         runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"multiProcessorCount": 132,
-                                                                    "name": b"CPU emulation"}),
+                                                                    "name": b"CPU emulation"},
+                                      # an H200's opt-in shared memory per block (227 KiB)
+                                      cudaDevAttrMaxSharedMemoryPerBlockOptin=97,
+                                      deviceGetAttribute=lambda attr, dev: {97: 232448}[attr]),
         is_available=lambda: False,
     )
     cp.cuda = cuda
@@ -118,10 +155,18 @@ def make_fake_cupy() -> types.ModuleType:
 
 # ----------------------------------------------------------------------------- fake RawKernel
 
+def _source_text(source: str) -> str:
+    """A kernel file and the kernel files it builds on (10h includes 10g, 10i 10h), concatenated."""
+    from attnlab.compile import included_kernels
+
+    path = ROOT / "kernels" / source
+    return "\n".join(p.read_text() for p in (path, *included_kernels(path)))
+
+
 def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
     """[(kind, name)] of a __global__ function's parameters; kind is 'ptr' (float*), 'uptr'
-    (unsigned*), 'int' or 'float'."""
-    text = (ROOT / "kernels" / source).read_text()
+    (unsigned*), 'hptr' (unsigned short*: 16-bit values), 'iptr' (int*), 'int' or 'float'."""
+    text = _source_text(source)
     text = re.sub(r"//[^\n]*", "", text)
     m = re.search(r"__global__[^;{]*?\b" + re.escape(function) + r"\s*\(", text)
     if not m:
@@ -134,7 +179,8 @@ def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
     for p in text[m.end():i - 1].split(","):
         p = " ".join(p.split())
         name = re.findall(r"(\w+)\s*$", p)[0]
-        kind = (("uptr" if re.match(r"(const )?unsigned\b", p) else "ptr") if "*" in p else
+        kind = (("hptr" if re.match(r"(const )?unsigned short\b", p) else "uptr" if re.match(r"(const )?unsigned\b", p)
+                 else "iptr" if re.match(r"(const )?int\b", p) else "ptr") if "*" in p else
                 ("int" if re.match(r"(const )?int\b", p) else "float" if re.match(r"(const )?float\b", p) else "?"))
         if kind == "?":
             raise ValueError(f"unsupported parameter {p!r} of {function}")
@@ -150,8 +196,9 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     targs = ", ".join(str(int(a)) for a in template_args)
     call_args, np_, ni, nf = [], 0, 0, 0
     for kind, _ in params:
-        if kind in ("ptr", "uptr"):
-            call_args.append(f"({'unsigned' if kind == 'uptr' else 'float'}*)ptrs[{np_}]")
+        if kind in ("ptr", "uptr", "hptr", "iptr"):
+            ctype = {"ptr": "float", "uptr": "unsigned", "hptr": "unsigned short", "iptr": "int"}[kind]
+            call_args.append(f"({ctype}*)ptrs[{np_}]")
             np_ += 1
         elif kind == "int":
             call_args.append(f"ints[{ni}]")
@@ -160,10 +207,10 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
             call_args.append(f"floats[{nf}]")
             nf += 1
     # Kernels on the shared tensor-core helpers (kernels/mma.cuh, directly or through delta_io.cuh:
-    # 06 onwards) run on the ladder model (tests/ladder_emu/ladder_emu.h: deferred cp.async,
+    # 06 onwards), and the attention kernels, run on the ladder model (tests/ladder_emu/ladder_emu.h: deferred cp.async,
     # ldmatrix, bf16 MMAs, named barriers).
     text = (ROOT / "kernels" / source).read_text()
-    ladder = any(f'#include "{h}"' in text for h in ("mma.cuh", "delta_io.cuh"))
+    ladder = source.startswith("attention/") or any(f'#include "{h}"' in text for h in ("mma.cuh", "delta_io.cuh"))
     model = LADDER_EMU if ladder else EMU / "cuda_emu.h"
     prelude = ('#define KDA_HOST_EMULATION 1\n'
                'inline unsigned long long g_kda_smem_bytes = 0;\n'
@@ -183,7 +230,7 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
             '                        unsigned bz, unsigned long long smem) {\n' + launch +
             f'        {function}<{targs}>({", ".join(call_args)});\n'
             '    });\n}\n')
-    key = hashlib.sha256((code + (ROOT / "kernels" / source).read_text()
+    key = hashlib.sha256((code + _source_text(source)
                           + "".join(p.read_text() for p in sorted((ROOT / "kernels").glob("*.cuh")))
                           + "".join(p.read_text() for p in sorted((ROOT / "kernels" / "delta").glob("*.cuh")))
                           + model.read_text()).encode()).hexdigest()[:16]
@@ -221,11 +268,12 @@ class EmuKernel:
                                f"max_dynamic_shared_size_bytes is {self.max_dynamic_shared_size_bytes}")
         ptrs, ints, floats = [], [], []
         for (kind, name), a in zip(self.params, args):
-            if kind in ("ptr", "uptr"):
+            if kind in ("ptr", "uptr", "hptr", "iptr"):
                 if isinstance(a, np.ndarray):
-                    want = np.uint32 if kind == "uptr" else np.float32
-                    if a.dtype != want or not a.flags.c_contiguous:
-                        raise TypeError(f"{self.function}({name}): needs a contiguous {np.dtype(want).name} array")
+                    want = {"ptr": (np.float32,), "uptr": (np.uint32,), "iptr": (np.int32,),
+                            "hptr": (np.float16, np.int16, np.uint16)}[kind]
+                    if a.dtype not in want or not a.flags.c_contiguous:
+                        raise TypeError(f"{self.function}({name}): needs a contiguous {np.dtype(want[0]).name} array")
                     ptrs.append(a.ctypes.data)
                 elif isinstance(a, np.uint64) and int(a) == 0:
                     ptrs.append(0)
@@ -248,6 +296,9 @@ class EmuKernel:
         F = (ctypes.c_float * max(1, len(floats)))(*floats)
         self.lib.emu_run(P, I, F, *(ctypes.c_uint(x) for x in grid), *(ctypes.c_uint(x) for x in block),
                          ctypes.c_ulonglong(shared_mem))
+        for (kind, name), a in zip(self.params, args):
+            if not guard_intact(a):
+                raise RuntimeError(f"{self.function} wrote past the end of its argument {name}")
 
 
 def install(monkeypatch, build_dir: Path) -> types.ModuleType:
@@ -257,6 +308,6 @@ def install(monkeypatch, build_dir: Path) -> types.ModuleType:
     cp = make_fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(attnlab.compile, "load_kernel",
-                        lambda source, function, template_args=(), defines=None:
+                        lambda source, function, template_args=(), defines=None, arch=None:
                         EmuKernel(str(source), function, template_args, build_dir))
     return cp

@@ -1,0 +1,88 @@
+"""The attention launchers' real path on the CPU: registry -> validation -> plan (grid, block, dynamic
+shared memory, Stream-K workspace and plain-grid choice, template arguments) -> kernel, with CuPy and
+the compiled kernel replaced by CPU stand-ins (tests/delta_emu/fake_device.py: NumPy arrays that say
+they are CuPy's; each requested instantiation compiled with g++ against the ladder CPU model and
+launched through ctypes, its arguments marshalled from the kernel's own parameter list; every array
+the stand-in CuPy makes is followed by a guard the stand-in kernel checks after each launch). Nothing
+in these tests restates a grid or a shared-memory size: a launcher that plans too few blocks, too
+little shared memory or workspace, or passes an argument of the wrong kind fails here, on a machine
+without a GPU.
+
+The Hopper kernels (11, wgmma and TMA) are left out: the model has neither."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from attnlab import attention
+from attnlab.paths import REPO_ROOT
+from attnlab.reference import attention_fp64, rel_error
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ (C++20) builds the CPU model")
+
+#: Every registered kernel the CPU model runs (not the sm_90a ones).
+EMULATED = tuple(n for n, s in attention.KERNELS.items() if not s.arch and not s.tma)
+#: One small odd shape: B·H = 3, N = 77 (a part-filled last row block and key tile for every tile
+#: shape in the registry), D = 64.
+B, H, N, D = 1, 3, 77, 64
+#: Blocks per SM the stand-in occupancy query answers (the GPU's driver gives it on a real launch):
+#: 264 resident slots, so Stream-K kernels at this shape take their persistent grid.
+BLOCKS_PER_SM = 2
+
+
+@pytest.fixture()
+def fake_gpu(monkeypatch, tmp_path_factory):
+    emu = str(REPO_ROOT / "tests" / "delta_emu")
+    sys.path.insert(0, emu)
+    try:
+        import fake_device
+    finally:
+        sys.path.remove(emu)
+    cp = fake_device.install(monkeypatch, tmp_path_factory.mktemp("attention_launch"))
+    import attnlab.occupancy
+
+    monkeypatch.setattr(attnlab.occupancy, "driver_blocks", lambda *a, **k: BLOCKS_PER_SM)
+    monkeypatch.setattr(attention, "_PLANS", {})   # plans hold stand-in kernels: none leaks out
+    return cp
+
+
+def _cases():
+    for name in EMULATED:
+        for causal in ((False, True) if attention.KERNELS[name].causal else (False,)):
+            yield pytest.param(name, causal, id=f"{name}-{'causal' if causal else 'full'}")
+
+
+@pytest.mark.parametrize("name, causal", list(_cases()))
+def test_launcher_runs_the_kernel_on_the_cpu_model(fake_gpu, name, causal):
+    cp = fake_gpu
+    spec = attention.get_spec(name)
+    dt = np.float16 if "float16" in spec.dtypes else np.float32
+    rng = np.random.default_rng(7 + len(name) + int(causal))
+    q, k, v = (rng.standard_normal((B, H, N, D)).astype(dt) for _ in range(3))
+    out = cp.asarray(np.full((B, H, N, D), np.nan, dt))          # poisoned: every element must be written
+    launch = attention.prepare_attention(name, cp.asarray(q), cp.asarray(k), cp.asarray(v), out=out, gpu=None,
+                                         causal=causal)
+    o = np.asarray(launch(), dtype=np.float64)
+    assert np.isfinite(o).all(), f"{name}: {np.isnan(o).sum()} outputs never written"
+    ref = attention_fp64(*(a.astype(np.float64) for a in (q, k, v)), causal=causal)
+    err = rel_error(o, ref)
+    assert err < spec.rel_tol, f"{name}: relative error {err:.2e} (registry tolerance {spec.rel_tol:g})"
+
+    # what ran is what the plan says: the kernel object the plan holds (or its plain-grid kernel)
+    # was launched with the plan's grid, block and dynamic shared memory
+    plan = attention.get_kernel(name, D, gpu=None, dtype=spec.dtypes[0] if dt == np.float32 else "float16",
+                                causal=causal)
+    ran = [kern for kern in (plan.kernel, plan.plain_kernel) if kern is not None and kern.launches]
+    assert len(ran) == 1, f"{name}: expected one of the plan's kernels to run"
+    got = ran[0].launches[-1]
+    assert got["grid"] == tuple(plan.grid(B * H, N)) + (1,) * (3 - len(plan.grid(B * H, N)))
+    assert got["block"][0] == plan.block and got["shared_mem"] == plan.smem_bytes
+    if spec.stream_k and not causal:
+        persistent = plan.persistent(B * H, N)
+        assert (ran[0] is plan.kernel) == persistent
+        if persistent:
+            assert got["grid"][0] == attention.stream_k_grid(B * H, N, plan.params, plan.slots) < plan.slots
