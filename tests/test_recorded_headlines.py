@@ -70,6 +70,22 @@ def test_notebook_01_headlines():
     assert h["shapes_checked"] == len(chk) and h["all_correct"] == bool(chk["passed"].all())
 
 
+def test_notebook_06_headlines():
+    """The measured roofs and their share of the datasheet (the other keys place every recorded
+    table, which later recordings of other notebooks extend)."""
+    from attnlab import roofline as rl
+
+    nb = "06_roofline"
+    h, ceil = _headlines(nb), _table(nb, "ceilings")
+    name = str(ceil["gpu_name"].iloc[0]).replace("NVIDIA ", "")
+    measured, sheet = rl.ceilings_from_table(ceil, name), rl.datasheet_ceilings(name)
+    pct = rl.ceilings_table(measured, sheet).set_index("ceiling")["pct_of_datasheet"]
+    assert _close(h["fma_tflops"], measured.peak_flops / 1e12) and _close(h["copy_tbps"], measured.bandwidth / 1e12)
+    assert _close(h["ridge"], measured.ridge)
+    assert _close(h["fma_pct_datasheet"], pct["FP32 FMA peak"])
+    assert _close(h["copy_pct_datasheet"], pct["DRAM bandwidth (copy)"])
+
+
 def test_notebook_08_headlines():
     nb = "08_register_tiling"
     h, lat, chk, ceil = (_headlines(nb), _table(nb, "latency"), _table(nb, "correctness"), _table(nb, "ceilings"))
