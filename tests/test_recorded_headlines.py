@@ -70,6 +70,68 @@ def test_notebook_01_headlines():
     assert h["shapes_checked"] == len(chk) and h["all_correct"] == bool(chk["passed"].all())
 
 
+def _parameters(notebook: str) -> dict:
+    """The notebook's parameter defaults (its parameters cell) with the recorded run's overrides."""
+    nbjson = json.loads((REPO_ROOT / "notebooks" / f"{notebook}.ipynb").read_text())
+    cell = next(c for c in nbjson["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    values: dict = {}
+    exec("".join(cell["source"]), {}, values)   # assignments of literals only
+    run = [r for r in json.loads(RUNS.read_text()) if r["notebook"] == notebook][-1]
+    return {**values, **run.get("parameters", {})}
+
+
+def _ladder_common(nb: str, kernel: str):
+    h, chk, vs = _headlines(nb), _table(nb, "correctness"), _table(nb, "vs_naive")
+    assert h["all_correct"] == bool(chk["passed"].all())
+    assert h["worst_rel_err"] == f"{chk['rel_err_fp64'].max():.1e}"
+    assert h["max_diff_vs_naive"] == f"{vs['max_abs_diff_vs_naive'].max():.1e}"
+    assert set(chk["kernel"]) == {kernel}
+    return h
+
+
+def test_notebook_02_headlines():
+    from attnlab import ladder
+
+    nb = "02_tiling"
+    h, p = _ladder_common(nb, "tiled"), _parameters(nb)
+    table = ladder.ladder_table(_table(nb, "timing"))
+    best = table[table["kernel"] == "tiled"].sort_values("speedup_vs_naive").iloc[-1]
+    assert _close(h["best_tiled_speedup"], float(best["speedup_vs_naive"]))
+    assert h["at"] == f"D={int(best['D'])} N={int(best['N'])}"
+    assert h["claim_1_holds"] == bool(ladder.verdict_tiling_gain(table, p["gain_limit"], p["tolerance"]).holds)
+    assert h["claim_2_holds"] == bool(ladder.verdict_d128_tiling_slower(table).holds)
+
+
+def test_notebook_03_headlines():
+    from attnlab import ladder
+
+    nb = "03_float4"
+    h, p = _ladder_common(nb, "vec_load"), _parameters(nb)
+    table = ladder.ladder_table(_table(nb, "timing"))
+    mine = ladder.verdict_step_negligible(table, "vec_load", "tiled", threshold=p["negligible"])
+    assert _close(h["median_speedup_over_tiled"], float(mine.evidence["speedup"].median()))
+    assert h["float4_negligible"] == bool(mine.holds)
+    alignment = _table(nb, "alignment")
+    assert h["misaligned_refused"] == bool(alignment[alignment["kernel"] == "vec_load"]["refused"].all())
+
+
+def test_notebook_05_headlines():
+    import numpy as np
+
+    from attnlab import tile_scan
+
+    nb = "05_occupancy_scan"
+    h = _headlines(nb)
+    configs, scan, occ, gain = (_table(nb, t) for t in ("configs", "scan", "occupancy_check", "gain"))
+    ran = configs[configs["skipped"].astype(object).fillna("") == ""]
+    assert h["configurations"] == len(ran)
+    assert _close(h["calculator_agrees_pct"], 100 * float(occ["agree"].astype(bool).mean()))
+    best = tile_scan.best_tiles_from_scan(scan)
+    assert h["best_tiles"] == "; ".join(f"{r.kernel} D={r.D}: {r.tile_rows}x{r.tile_kv}" for r in best.itertuples())
+    assert h["tile_kv_shrinks_with_D"] == bool(tile_scan.verdict_tile_kv_shrinks(best)[1]["holds_for_all"])
+    assert _close(h["geomean_tuned_gain"], float(np.exp(np.log(gain["gain"]).mean())))
+
+
 def test_notebook_06_headlines():
     """The measured roofs and their share of the datasheet (the other keys place every recorded
     table, which later recordings of other notebooks extend)."""
