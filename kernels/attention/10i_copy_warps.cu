@@ -7,10 +7,11 @@
 //  1. Why. Which threads issue the cp.async copies turned out to matter more than how many bytes
 //     each moves. In an H200 probe (scripts/probe_flash.py-style A/B, interleaved in one run,
 //     D = 128, B = 2, H = 8, bf16): 10g's 4-warp blocks with every thread copying, and 10h's
-//     6-warp blocks with 4, 2 or all 6 of the warps copying, all timed differently by several %,
-//     and 10g with only 2 of its 4 warps copying was the fastest of them at both N = 4096 and
-//     N = 16384 (notebook 10's tile scan and ladder time this kernel against 10g and 10h in
-//     the same run). A warp that copies issues its LDGSTS into the same MIO queue its ldmatrix
+//     6-warp blocks with 4, 2 or all 6 of the warps copying, all timed differently by several %;
+//     10g with only 2 of its 4 warps copying was faster than 10g at both N = 4096 and N = 16384,
+//     and than 10h at N = 4096 (about equal at 16384), while spreading 10h's copies over all 6
+//     warps made it slower (notebook 10's tile scan and ladder time this kernel against 10g and
+//     10h in the same run). A warp that copies issues its LDGSTS into the same MIO queue its ldmatrix
 //     reads go through, at the top of every key tile, just before the S = Q K^T burst of
 //     ldmatrix + HMMA; warps that do not copy go straight to their MMAs, so the block's warps
 //     reach the tensor pipe staggered rather than all at once (a reading, not a measurement of
