@@ -20,7 +20,8 @@ LAYERS = {
     "family": {"reference", "attention", "delta", "delta.naive", "delta.chunk", "delta.kernels", "delta.model",
                "delta.tf32"},
     # studies: the measurements and verdicts the notebooks show
-    "study": {"ladder", "banks", "bench", "tile_scan", "flash", "roofline", "delta.bench", "delta.fast", "cross_gpu"},
+    "study": {"ladder", "banks", "bench", "tile_scan", "flash", "roofline", "delta.bench", "delta.fast", "cross_gpu",
+              "steps"},
 }
 RANK = {"tool": 0, "family": 1, "study": 2}
 

@@ -10,7 +10,8 @@ from attnlab import ncu
 from attnlab import roofline as rl
 from attnlab.paths import REPO_ROOT
 
-RESULTS = REPO_ROOT / "data" / "results" / "h200"
+GPU = "h200"
+RESULTS = REPO_ROOT / "data" / "results" / GPU
 
 
 def _flash(notebook: str) -> pd.DataFrame:
@@ -77,22 +78,6 @@ def test_09_prep_stores_conflict_as_its_header_predicts():
     assert len(r) == 4 and (abs(r - 1 / 3) < 0.005).all(), r
 
 
-def _ladder_bank_rates() -> pd.DataFrame:
-    """The seed-ladder kernels' recorded bank conflicts (06, N = 512 and 4096) as a fraction of the
-    shared-memory wavefronts the kernels need: per (query row, key) a warp reads its K and V rows
-    as 2·D/32 conflict-free 32-bit loads (one wavefront each), and each block copies the K and V
-    tiles into shared memory once per key tile, 2·D/32 wavefronts per key row whatever the copy
-    width (a float4 warp store is four wavefronts of 128 bytes)."""
-    m = _ladder()
-    m = m[m["kernel"].isin(["tiled", "vec_load", "vec_padded", "double_buffer"])].copy()
-    per_row = 2 * m["D"] / 32
-    m["ld_wavefronts"] = m["B"] * m["H"] * m["N"] * m["N"] * per_row
-    m["st_wavefronts"] = m["B"] * m["H"] * -(-m["N"] // m["tile_rows"]) * m["N"] * per_row
-    m["ld_extra"] = m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] / m["ld_wavefronts"]
-    m["st_extra"] = m["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"] / m["st_wavefronts"]
-    return m
-
-
 def test_ladder_bank_model_meets_the_counters():
     """attnlab.banks finds every seed-ladder access conflict-free (0 extra wavefronts). The counters
     agree to within 1.5 % of the wavefronts the kernels need, loads and stores, at N = 512 and 4096
@@ -103,10 +88,14 @@ def test_ladder_bank_model_meets_the_counters():
 
     model = banks.ladder_conflict_table()
     assert (model["extra_wavefronts_pct"] == 0).all()          # the model: conflict-free everywhere
-    m = _ladder_bank_rates()
+    from attnlab import steps
+
+    # the wavefronts the kernels need (steps.bank_counters, notebook 04's table): per (query row, key) a
+    # warp reads its K and V rows as 2·D/32 one-wavefront loads; each block stores the K and V tiles once
+    # per key tile, 2·D/32 wavefronts per key row whatever the copy width
+    m = steps.bank_counters(GPU)
     assert len(m) == 24 and set(m["N"]) == {512, 4096}
-    assert (m["ld_extra"] < 0.015).all() and (m["st_extra"] < 0.015).all(), \
-        m[["kernel", "D", "N", "ld_extra", "st_extra"]]
+    assert (m[["ld_extra_pct", "st_extra_pct"]] < steps.BANK_TOLERANCE_PCT).all().all(), m
 
 
 SASS_LD = "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"

@@ -119,16 +119,14 @@ def test_notebook_04_headlines():
     """04 assembles the ladder from 01-03's timing tables and its own on one grid, then judges the seed's
     claims. Its share of the FP32 peak is left out: it divides by notebook 06's measured peak at 04's
     recording time, and 06 has been re-recorded since."""
-    from attnlab import ladder
-    from attnlab import seed as seedref
+    from attnlab import ladder, steps
 
     nb = "04_padding"
     h, p = _headlines(nb), _parameters(nb)
     chk = _table(nb, "correctness")
     assert h["all_correct"] == bool(chk["passed"].all()) and h["worst_rel_err"] == f"{chk['rel_err_fp64'].max():.1e}"
     timing = _table(nb, "timing")
-    owners = {"naive": "02_tiling", "tiled": "02_tiling", "vec_load": "03_float4", "vec_padded": nb,
-              "double_buffer": nb, "torch_sdpa": nb}
+    owners = steps.OWNERS
     sources = {name: ladder.same_grid(_table(name, "timing"), timing) for name in ("01_naive", "02_tiling", "03_float4")}
     sources[nb] = ladder.same_grid(timing, timing)
     full = ladder.ladder_table(ladder.assemble_ladder(sources, owners=owners).drop(columns=["source"]))
@@ -136,19 +134,11 @@ def test_notebook_04_headlines():
     assert h["best_kernel"] == frac["kernel"] and _close(h["best_tflops"], frac["tflops"])
     assert _close(h["pct_of_sdpa"], 100 * frac["fraction_of_sdpa"])
     scan = _table(nb, "tile_scan").dropna(subset=["median_ms"])
-    neg, gl, tol = p["negligible"], p["gain_limit"], p["tolerance"]
-    claims = {
-        "tiling gains at most ~1.4× (tiled over naive)": ladder.verdict_tiling_gain(full, gl, tol),
-        "… and no tiled variant gains more": ladder.verdict_tiling_gain(full, gl, tol, kernels=ladder.TILED_FAMILY),
-        "at D=128 tiling is slower than naive": ladder.verdict_d128_tiling_slower(full),
-        "float4 and padding add almost nothing": ladder.verdict_float4_padding_negligible(full, threshold=neg),
-        "padding alone adds almost nothing": ladder.verdict_step_negligible(full, "vec_padded", "vec_load", threshold=neg),
-        "TILE_ROWS=8 is best for every D": ladder.verdict_tile_rows_best(scan, 8, tol),
-        "cp.async double buffering pays (seed: {:g}–{:g} % slower on Turing)".format(
-            *seedref.seed_slowdown("double_buffer")): ladder.verdict_double_buffer_pays(full),
-    }
-    for claim, v in claims.items():
-        assert h[f"holds: {claim[:40]}"] == bool(v.holds), claim
+    claims = steps.seed_claims(full, scan, gain_limit=p["gain_limit"], tolerance=p["tolerance"],
+                               negligible=p["negligible"])
+    assert len(claims) == 7
+    for key, claim, mine, _ in claims:
+        assert h[f"holds_{key}"] == bool(mine.holds), claim
 
 
 def test_notebook_05_headlines():
@@ -169,9 +159,11 @@ def test_notebook_05_headlines():
 
 
 def test_notebook_06_headlines():
-    """The measured roofs and their share of the datasheet (the other keys place every recorded
-    table, which later recordings of other notebooks extend)."""
+    """The measured roofs and their share of the datasheet; the seed ladder's tables (01-05) placed
+    under them, and the seed's compute-bound claim judged with the recorded counters."""
+    from attnlab import ncu
     from attnlab import roofline as rl
+    from attnlab.env import Mode
 
     nb = "06_roofline"
     h, ceil = _headlines(nb), _table(nb, "ceilings")
@@ -182,6 +174,15 @@ def test_notebook_06_headlines():
     assert _close(h["ridge"], measured.ridge)
     assert _close(h["fma_pct_datasheet"], pct["FP32 FMA peak"])
     assert _close(h["copy_pct_datasheet"], pct["DRAM bandwidth (copy)"])
+    meas, _ = rl.collect_seed_measurements(Mode(False, GPU, GPU, "replay", "test"))
+    placed = rl.place(meas, measured)
+    assert h["points"] == len(placed)
+    mvm = rl.measured_vs_modelled(ncu.counters_wide(_table(nb, "ncu")))
+    assert h["counters"] is True
+    _, verdict = rl.compute_bound_verdict(placed[~placed["table"].str.startswith("05_")], measured, mvm,
+                                          threshold=_parameters(nb)["threshold_pct"])
+    assert h["seed_claim_holds"] == verdict["claim_holds"]
+    assert _close(h["median_pct_of_peak"], verdict["median_pct_of_peak"])
 
 
 def test_notebook_08_headlines():

@@ -170,3 +170,49 @@ def versus_sdpa(timing: pd.DataFrame, kernel: str, peak_tflops: float | None = N
     if peak_tflops:
         out["pct_fp32_peak"] = 100 * out[f"{kernel}_tflops"] / peak_tflops
     return out.reset_index()
+
+
+def describe_naive(summary: pd.DataFrame, peak_tflops: float | None) -> str:
+    """Notebook 01's reading of its :func:`versus_sdpa` table (with the seed's latency beside), each
+    sentence generated from the rows: the best throughput, SDPA and the seed's GPU at the largest N,
+    and the slope of latency in N over the two largest N."""
+    big = summary[summary["N"] == summary["N"].max()]
+    best = summary.loc[summary["naive_tflops"].idxmax()]
+    lines = [f"- Best naive throughput: **{best['naive_tflops']:.2f} TFLOP/s** at N={int(best['N'])}, D={int(best['D'])}"
+             + (f" ({best['pct_fp32_peak']:.1f} % of the datasheet FP32 peak)" if peak_tflops else "") + "."]
+    for _, r in big.iterrows():
+        lines.append(f"- N={int(r['N'])}, D={int(r['D'])}: naive {r['naive_ms']:.3f} ms vs SDPA {r['sdpa_ms']:.3f} ms — "
+                     f"SDPA is **{r['sdpa_speedup']:.1f}×** faster"
+                     + (f"; {r['speedup_vs_seed_gpu']:.0f}× faster than the seed's GTX 1660 Ti"
+                        if pd.notna(r.get('seed_ms')) else "") + ".")
+    if summary["N"].nunique() >= 2:
+        for d, g in summary.groupby("D"):
+            g = g.sort_values("N").tail(2)
+            slope = np.log(g["naive_ms"].iloc[1] / g["naive_ms"].iloc[0]) / np.log(g["N"].iloc[1] / g["N"].iloc[0])
+            lines.append(f"- D={d}: log-log slope of latency vs N over the two largest N = {slope:.2f} (2 = pure N² work).")
+    return "\n".join(lines)
+
+
+def plot_latency_vs_seed(timing: pd.DataFrame, gpu_label: str, title: str, kernel: str = "naive"):
+    """Latency against N per D: ``kernel`` and torch SDPA (IQR bars), the seed's GTX 1660 Ti beside."""
+    import matplotlib.pyplot as plt
+
+    from .seed import seed_latency
+
+    Ds = sorted(set(timing["D"]))
+    fig, axes = plt.subplots(1, len(Ds), figsize=(5 * len(Ds), 4), squeeze=False)
+    seed_lat = seed_latency()
+    for ax, d in zip(axes[0], Ds):
+        for k, style in ((kernel, "o-"), (SDPA, "s--")):
+            t = timing[(timing["kernel"] == k) & (timing["D"] == d)].sort_values("N")
+            ax.errorbar(t["N"], t["median_ms"], yerr=[t["median_ms"] - t["q1_ms"], t["q3_ms"] - t["median_ms"]],
+                        fmt=style, label=f"{k} ({gpu_label})", capsize=2)
+        s = seed_lat[(seed_lat["kernel"] == kernel) & (seed_lat["D"] == d)].sort_values("N")
+        ax.plot(s["N"], s["latency_ms"], "^:", color="grey", label=f"{kernel}, GTX 1660 Ti (seed 000)")
+        ax.set(xscale="log", yscale="log", xlabel="N (sequence length)", ylabel="latency (ms)", title=f"D = {d}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    plt.tight_layout()
+    plt.show()
+    return fig

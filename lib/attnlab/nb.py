@@ -107,6 +107,24 @@ def record_or_replay(compute, notebook: str, table: str, mode: Mode,
     return df
 
 
+def record_or_replay_many(compute, notebook: str, tables: Sequence[str], mode: Mode,
+                          profile: str = results.CANONICAL_PROFILE) -> dict[str, pd.DataFrame]:
+    """:func:`record_or_replay` for a measurement that yields several tables at once: ``compute()``
+    returns a dict with a frame per name in ``tables``; each is recorded (live) or loaded (replay)."""
+    if mode.live:
+        frames = compute()
+        missing = [t for t in tables if t not in frames]
+        if missing:
+            raise ValueError(f"the measurement returned no table(s) {missing}")
+        for t in tables:
+            results.save_table(frames[t], notebook, t, mode, profile)
+        banner(mode)
+        return {t: frames[t] for t in tables}
+    frames = {t: results.load_table(notebook, t, mode.gpu) for t in tables}
+    banner(mode, results.describe_provenance(frames[tables[0]]))
+    return frames
+
+
 def requested(df: pd.DataFrame, mode: Mode, **wanted) -> pd.DataFrame:
     """The rows of a table at the grid the parameters ask for. In replay, requested points that were
     never recorded are named (with how to record them) instead of silently showing another grid."""
@@ -147,4 +165,21 @@ def require_positive(name: str, value: Any) -> float:
 def require_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     if value not in choices:
         raise ValueError(f"parameter {name} must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def require_fraction(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"parameter {name} must be a fraction in [0, 1), got {value!r}")
+    return float(value)
+
+
+def require_ints(minimum: int = 1, **values: Any) -> list[int]:
+    """:func:`require_int` on each keyword (name = value), in order: ``B, H = require_ints(B=B, H=H)``."""
+    return [require_int(name, v, minimum) for name, v in values.items()]
+
+
+def require_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"parameter {name} must be true or false, got {value!r}")
     return value

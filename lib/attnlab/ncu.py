@@ -643,6 +643,10 @@ def flash_summary(long_table):
     return pd.DataFrame(rows, columns=FLASH_SUMMARY_COLUMNS)
 
 
+#: the notebook whose counters scripts/ncu_profile.py records by default (the seed ladder's plan)
+SEED_NOTEBOOK = "06_roofline"
+
+
 def flash_counters(notebook: str, mode, profile: str = "full", run: bool = False, timeout: int = 420, *,
                    summary: bool = True, echo: bool = True):
     """A flash notebook's Nsight Compute counters in one call: ``(table or None, note)``.
@@ -665,7 +669,9 @@ def flash_counters(notebook: str, mode, profile: str = "full", run: bool = False
     prof = profile if profile in ("full", "quick") else "quick"
     said = ""
     if run and mode.live:
-        cmd = [sys.executable, str(REPO_ROOT / "scripts" / "ncu_profile.py"), "--notebook", notebook,
+        # notebook 06's plan is the script's default; every other notebook is named
+        cmd = [sys.executable, str(REPO_ROOT / "scripts" / "ncu_profile.py"),
+               *(["--notebook", notebook] if notebook != SEED_NOTEBOOK else []),
                "--profile", prof, "--timeout", str(int(timeout))]
         t0 = time.perf_counter()
         try:
@@ -689,7 +695,8 @@ def flash_counters(notebook: str, mode, profile: str = "full", run: bool = False
         shown = path
     if not has_table(notebook, FLASH_TABLE, mode.gpu, load_profile):
         return None, (f"Nsight Compute counters not available for '{mode.gpu}': {shown} is absent "
-                      f"(record it on the GPU with `python scripts/ncu_profile.py --notebook {notebook}"
+                      f"(record it on the GPU with `python scripts/ncu_profile.py"
+                      f"{'' if notebook == SEED_NOTEBOOK else ' --notebook ' + notebook}"
                       f"{'' if load_profile == 'full' else ' --profile ' + load_profile}`, "
                       "which needs Nsight Compute and access to the performance counters)." + said)
     long = load_table(notebook, FLASH_TABLE, mode.gpu, load_profile)

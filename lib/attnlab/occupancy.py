@@ -336,3 +336,40 @@ def with_theoretical(df, arch: str | int | None = None, regs_col: str = "regs",
     for i, c in enumerate(cols):
         out[c] = [r[i] for r in res]
     return out
+
+
+def arch_table():
+    """The per-SM limits the calculator knows, one row per architecture."""
+    import pandas as pd
+
+    return pd.DataFrame([dict(arch=a.arch, threads_per_SM=a.max_threads_per_sm, warps_per_SM=a.max_warps_per_sm,
+                              blocks_per_SM=a.max_blocks_per_sm, smem_per_SM_KB=a.smem_per_sm / 1024,
+                              smem_per_block_optin_KB=a.smem_per_block_optin / 1024,
+                              smem_granularity_B=a.smem_granularity, reserved_per_block_B=a.smem_reserved_per_block)
+                         for a in ARCHS.values()])
+
+
+#: hand-checkable launches, one per limiter: (arch, threads, registers, dynamic shared memory, the limiter)
+LIMITER_EXAMPLES = (("sm_90", 256, 32, 0, "warps"), ("sm_90", 32, 32, 0, "blocks"), ("sm_90", 256, 128, 0, "registers"),
+                    ("sm_90", 256, 32, 48 * 1024, "shared memory"), ("sm_75", 256, 32, 48 * 1024, "shared memory"),
+                    ("sm_90", 128, 32, 227 * 1024 + 1, "shared memory"))
+
+
+def limiter_examples():
+    """:data:`LIMITER_EXAMPLES` through the calculator, with the limiter each should show."""
+    import pandas as pd
+
+    keep = ("blocks_per_sm", "active_warps", "occupancy", "limiter", "limiters")
+    return pd.DataFrame([{**dict(arch=a, threads=t, regs=r, smem=s, expected=e),
+                          **{k: v for k, v in occupancy(a, t, r, 0, s).as_row().items() if k in keep}}
+                         for a, t, r, s, e in LIMITER_EXAMPLES])
+
+
+def plot_blocks_vs_smem(ax, threads: int = 256, registers: int = 32, archs=("sm_75", "sm_86", "sm_90"), step: int = 256):
+    """Blocks per SM against dynamic shared memory per block, one step curve per arch (calculator)."""
+    for arch, style in zip(archs, ("-", ":", "--", "-.")):
+        xs = range(0, max_dynamic_smem(arch) + 1, step)
+        ax.step([x / 1024 for x in xs], [occupancy(arch, threads, registers, 0, x).blocks_per_sm for x in xs],
+                style, where="post", label=arch)
+    ax.set(xlabel="shared memory per block (KB)", ylabel="blocks / SM",
+           title=f"{threads} threads, {registers} registers: blocks per SM vs shared memory (calculator)")

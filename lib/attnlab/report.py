@@ -71,7 +71,7 @@ CLUSTER_CODE = ("lib/attnlab", "kernels", "notebooks", "scripts")
 CLUSTER_WRITABLE = ("data/results", "data/tuned")
 #: Notebooks that read every recorded table of their GPU, so they run after every earlier one.
 READS_EVERY_EARLIER = {
-    "06_roofline": "places every recorded measurement of its GPU (attnlab.roofline.collect_measurements)",
+    "06_roofline": "places every recorded measurement of the seed ladder, 01-05 (attnlab.roofline.collect_seed_measurements)",
     "12_cross_gpu": "lays every recorded table and tuned tile side by side",
 }
 

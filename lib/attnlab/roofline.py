@@ -380,6 +380,181 @@ def describe_below_ideal(row, tol: float = 0.03) -> str:
             f"the launch.")
 
 
+def describe_l2_question(sw, l2_bytes: float) -> str:
+    """What the naive kernel's DRAM bytes say about the L2 (one D of :func:`l2_question`, sorted by
+    N), generated from the rows: the first and last N against the ideal, what a figure below the
+    ideal matches, how DRAM traffic moves once K+V outgrow L2, and the L2 hit rates."""
+    first, last = sw.iloc[0], sw.iloc[-1]
+    inside, beyond = sw[sw["kv_over_l2"] < 1], sw[sw["kv_over_l2"] >= 1]
+    D = int(first["D"])
+    text = (f"Naive kernel, D={D}: at N={int(first.N)} DRAM served **{first.dram_over_ideal:.2f}×** the ideal bytes "
+            f"({100 * first.dram_over_logical:.2f} % of its logical traffic); at N={int(last.N)}, where K+V of all heads is "
+            f"{last.kv_over_l2:.1f}× the {l2_bytes / 2**20:.0f} MiB L2, **{last.dram_over_ideal:.2f}×** the ideal "
+            f"({100 * last.dram_over_logical:.2f} % of logical).")
+    below = describe_below_ideal(first)
+    text += f" {below}" if below else ""
+    if len(inside) and len(beyond):
+        grow = beyond["dram_over_ideal"].max() / inside["dram_over_ideal"].max()
+        if grow > 1.5:
+            text += (f" Once K+V outgrow L2 the DRAM traffic climbs to {beyond['dram_over_ideal'].max():.1f}× ideal "
+                     f"({grow:.1f}× the in-L2 figure): re-reads start to miss.")
+        else:
+            text += (f" Even past the L2 size DRAM traffic stays within {grow:.2f}× of its in-L2 figure: per head K+V is only "
+                     f"{last.kv_bytes_per_head / 2**20:.0f} MiB and the grid walks rows of one head before the next, so the "
+                     "heads in flight still fit in L2.")
+    hit = "l2_hit_pct" if "l2_hit_pct" in sw and sw["l2_hit_pct"].notna().all() else "lts__t_sector_hit_rate.pct"
+    if hit in sw:
+        text += (f" Either way DRAM carries a small fraction of the logical bytes (L2 hit rate "
+                 f"{sw[hit].min():.1f}–{sw[hit].max():.1f} %).")
+    return text
+
+
+def plot_l2_question(ax, sw, title: str) -> None:
+    """Bytes per launch against N for one D of :func:`l2_question`: logical, L2 and DRAM traffic and
+    the ideal, the region where K+V of all heads exceed L2 shaded."""
+    ax.plot(sw["N"], sw["bytes_model"] / 1e9, "r--", label="logical bytes (naive model)")
+    if "l2_bytes" in sw:
+        ax.plot(sw["N"], sw["l2_bytes"] / 1e9, "s-", color="tab:orange", label="L2 traffic (ncu)")
+    ax.plot(sw["N"], sw["dram_bytes"] / 1e9, "o-", color="tab:blue", label="DRAM bytes (ncu)")
+    ax.plot(sw["N"], sw["dram_bytes"] / sw["dram_over_ideal"] / 1e9, "k:", label="ideal: each input once")
+    cross = sw[sw["kv_over_l2"] >= 1]
+    if len(cross):
+        ax.axvspan(cross["N"].iloc[0], sw["N"].max(), color="grey", alpha=0.15, label="K+V of all heads > L2")
+    ax.set(xscale="log", yscale="log", xlabel="N", ylabel="GB per launch", title=title)
+    ax.legend(fontsize=7)
+
+
+def plot_counted_intensity(ax, ceilings: Ceilings, mvm) -> None:
+    """The profiled launches on the roofline: modelled intensity (filled) → DRAM intensity (hollow)."""
+    pts = mvm.assign(intensity=mvm["intensity_model"],
+                     achieved_flops=mvm["flops_model"] / (mvm["gpu__time_duration.sum"] * 1e-9))
+    plot_roofline(ax, ceilings, pts, imin=float(min(pts["intensity"].min(), pts["intensity_dram"].min()) / 4),
+                  imax=float(max(pts["intensity"].max(), pts["intensity_dram"].max()) * 4),
+                  title="ncu-profiled launches: modelled intensity (filled) → DRAM intensity (hollow)")
+    ax.scatter(pts["intensity_dram"], pts["achieved_flops"] / 1e12, facecolors="none", edgecolors="k", s=30, zorder=4)
+    for r in pts.itertuples():
+        ax.annotate("", (r.intensity_dram, r.achieved_flops / 1e12), (r.intensity, r.achieved_flops / 1e12),
+                    arrowprops=dict(arrowstyle="->", color="gray", lw=0.5, alpha=0.6))
+
+
+def recorded_roof(gpu: str, gpu_label: str, notebook: str = "06_roofline"):
+    """(roof, datasheet) for a GPU: the ceilings ``notebook`` measured on ``gpu`` when recorded, else the
+    datasheet's; the datasheet ceilings of ``gpu_label`` (None for a GPU not in gpu_specs.csv)."""
+    from .results import has_table, load_table
+
+    try:
+        sheet = datasheet_ceilings(gpu_label.replace("NVIDIA ", "").split()[0])
+    except KeyError:
+        sheet = None
+    if has_table(notebook, "ceilings", gpu):
+        return ceilings_from_table(load_table(notebook, "ceilings", gpu), f"{gpu_label} measured"), sheet
+    return sheet, sheet
+
+
+def bench_static_table(archs=("sm_75", "sm_90")):
+    """What the compiler made of the two ceiling benchmarks, per arch: registers, spills, the FMA
+    loop's ``fma.rn.f32`` count per trip (128 expected) and the copy's 128-bit loads and stores."""
+    import pandas as pd
+
+    from .static import has_vector_global_loads, static_build
+
+    rows = []
+    for arch in archs:
+        f = static_build(FMA_SOURCE, "fma_peak", [()], arch)[0]
+        c = static_build(COPY_SOURCE, "copy_f4", [()], arch)[0]
+        rows += [dict(kernel="fma_peak", arch=arch, registers=f.registers, spills=f.spills,
+                      fma_rn_f32_in_ptx=f.ptx.count("fma.rn.f32")),
+                 dict(kernel="copy_f4", arch=arch, registers=c.registers, spills=c.spills,
+                      v4_loads=has_vector_global_loads(c.ptx), v4_stores="st.global.v4.f32" in c.ptx)]
+    return pd.DataFrame(rows)
+
+
+def plot_intensity_models(ax, Ns, measured: Ceilings, seed: Ceilings, D: int = 64) -> None:
+    """Modelled intensity against N at one D: naive, tiled at three TILE_ROWS, the ideal, and two ridges."""
+    for tr, style in ((1, ":"), (8, "-"), (32, "-.")):
+        ax.plot(Ns, [intensity("tiled", 2, 8, n, D, tile_rows=tr) for n in Ns], style, label=f"tiled, TILE_ROWS={tr}")
+    ax.plot(Ns, [intensity("naive", 2, 8, n, D) for n in Ns], "r--", label="naive")
+    ax.plot(Ns, [intensity("sdpa", 2, 8, n, D) for n in Ns], "k-", lw=2, label="ideal (N/4)")
+    ax.axhline(measured.ridge, color="tab:green", lw=1, label=f"ridge {measured.name} ({measured.source}) {measured.ridge:.1f}")
+    ax.axhline(seed.ridge, color="tab:orange", lw=1, label=f"ridge {seed.name} ({seed.source}) {seed.ridge:.1f}")
+    ax.set(xscale="log", yscale="log", xlabel="N", ylabel="FLOP / byte (logical)",
+           title=f"modelled intensity, D={D} (independent of B·H)")
+    ax.legend(fontsize=7)
+
+
+def describe_seed_points(seed_pl, seed: Ceilings) -> str:
+    """What the seed's own points say against its datasheet roof, generated from them."""
+    over = seed_pl[seed_pl["pct_of_attainable"] > 100]
+    tiled = seed_pl[seed_pl["model"] == "tiled"]
+    text = f"On the seed's GPU, **{len(over)} of {len(seed_pl)}** points sit above their logical-bytes roof"
+    if len(over):
+        text += (f" — all {', '.join(sorted(set(over['kernel'])))}: up to {over['pct_of_attainable'].max():.0f} % of what "
+                 f"{seed.bandwidth / 1e9:.0f} GB/s could feed at {over['intensity'].min():.2f}–{over['intensity'].max():.2f} "
+                 "FLOP/byte. Only a cache can serve more bytes than DRAM: the seed's L2 'black box' made visible")
+    return text + (f". The seed's tiled kernels reach {tiled['pct_of_peak'].max():.0f} % of the FP32 peak at best."
+                   if len(tiled) else ".")
+
+
+def describe_ceilings(measured: Ceilings, sheet: Ceilings) -> str:
+    """The measured ceilings beside the datasheet's, in a sentence generated from them."""
+    return (f"Measured on {measured.name}: FP32 FMA **{measured.peak_flops / 1e12:.1f} TFLOP/s = "
+            f"{100 * measured.peak_flops / sheet.peak_flops:.0f} %** of the datasheet {sheet.peak_flops / 1e12:.0f}; copy "
+            f"**{measured.bandwidth / 1e12:.2f} TB/s = {100 * measured.bandwidth / sheet.bandwidth:.0f} %** of "
+            f"{sheet.bandwidth / 1e12:.1f}; ridge point **{measured.ridge:.1f} FLOP/byte** (datasheet {sheet.ridge:.1f}).")
+
+
+def placement_summary(placed):
+    """Per (table, kernel): points placed, their intensity range, best TFLOP/s and share of the attainable bound."""
+    return placed.groupby(["table", "kernel"]).agg(
+        points=("intensity", "size"), intensity_min=("intensity", "min"), intensity_max=("intensity", "max"),
+        best_tflops=("achieved_tflops", "max"), median_pct_of_attainable=("pct_of_attainable", "median"),
+        max_pct_of_attainable=("pct_of_attainable", "max")).round(2)
+
+
+#: the columns notebook 06 shows of :func:`measured_vs_modelled` and of :func:`compute_bound_verdict`
+COUNTER_VIEW = ["kernel", "N", "D", "tile_rows", "bytes_model", "dram_bytes", "dram_over_logical", "l2_bytes", "l2_hit_pct",
+                "lts__t_sector_hit_rate.pct", "fabric_share", "intensity_model", "intensity_dram", "flops_counted",
+                "flops_model", "sm__warps_active.avg.pct_of_peak_sustained_active", "gpu__time_duration.sum"]
+VERDICT_VIEW = ["table", "kernel", "N", "D", "median_ms", "achieved_tflops", "pct_of_peak", "pct_of_bandwidth",
+                "bytes_source", "bound", "bound_effective", "class"]
+
+
+def l2_sweep(mvm, l2_bytes: float):
+    """:func:`l2_question` for every profiled naive launch, and the rows of the D that was swept in N
+    (the D with the most rows), sorted by N. Returns (all rows, the sweep)."""
+    l2q = l2_question(mvm, l2_bytes)
+    D = l2q["D"].value_counts().idxmax()
+    return l2q, l2q[l2q["D"] == D].sort_values("N").reset_index(drop=True)
+
+
+#: the tables notebook 06 places under its roof: the seed ladder's notebooks (01–05); later notebooks
+#: place their own kernels under their own roofs
+SEED_NOTEBOOKS = ("01_", "02_", "03_", "04_", "05_")
+
+
+def collect_seed_measurements(mode, profile: str | None = None):
+    """The seed ladder's recorded measurements (notebooks 01–05) of ``mode.gpu`` and, when ``mode`` is
+    live with another profile, that profile's tables beside them (``table`` suffixed with the profile).
+    Returns (DataFrame, skipped files with the reason)."""
+    import pandas as pd
+
+    from .results import CANONICAL_PROFILE
+
+    def only_seed(df, skipped):
+        # a table without a latency (correctness, alignment, configs) is not a measurement to place
+        keep = df["table"].str.startswith(SEED_NOTEBOOKS)
+        return df[keep].reset_index(drop=True), [s for s in skipped if s.startswith(SEED_NOTEBOOKS)
+                                                 and "median_ms" not in s]
+
+    meas, skipped = only_seed(*collect_measurements(mode.gpu))
+    if mode.live and profile and profile != CANONICAL_PROFILE:
+        extra, more = only_seed(*collect_measurements(f"{mode.gpu}/{profile}"))
+        if len(extra):
+            meas = pd.concat([meas, extra.assign(table=extra["table"] + f" ({profile})")], ignore_index=True)
+        skipped += more
+    return meas, skipped
+
+
 # ------------------------------------------------------------------------------------ verdicts
 
 def classify(pct_peak: float, pct_bw: float, threshold: float = 50.0) -> str:

@@ -357,3 +357,184 @@ def gain_summary(gain):
                                           geomean_gain=("gain", lambda x: float(np.exp(np.log(x).mean()))),
                                           min_gain=("gain", "min"), max_gain=("gain", "max"), points=("gain", "size"))
     return out.reset_index()
+
+
+# ---------------------------------------------------------------------- notebook 05's views
+
+def seed_tiles_occupancy(archs=("sm_75", "sm_90")):
+    """The seed's best tiles compiled for each arch (static build): registers, shared memory, blocks/SM,
+    occupancy and what limits it, every limit beside."""
+    import pandas as pd
+
+    from .attention import get_spec
+    from .occupancy import occupancy
+    from .seed import seed_best_tiles
+    from .static import static_build
+
+    spec = get_spec("tiled")
+    rows = []
+    for r in seed_best_tiles().itertuples():
+        smem = spec.smem_bytes(r.D, r.tile_rows, r.tile_kv)
+        for arch in archs:
+            rep = static_build(spec.source, spec.function, [spec.template_args(r.D, r.tile_rows, r.tile_kv)], arch)[0]
+            o = occupancy(arch, spec.block_threads(r.tile_rows), rep.registers, rep.static_smem_bytes, smem)
+            rows.append(dict(D=r.D, tile=f"{r.tile_rows}x{r.tile_kv}", seed_smem_KB=r.smem_kb,
+                             our_smem_KB=round(smem / 1024, 2), arch=arch, regs=rep.registers,
+                             block_threads=spec.block_threads(r.tile_rows), blocks_per_SM=o.blocks_per_sm,
+                             active_warps=o.active_warps, occupancy=o.occupancy, limiter=o.limiter,
+                             **{f"limit_{k.replace(' ', '_')}": v for k, v in o.limits.items()}))
+    return pd.DataFrame(rows)
+
+
+def describe_seed_occupancy(seed_occ, arch: str = "sm_75") -> str:
+    """What limited occupancy at the seed's tiles on its GPU, generated from :func:`seed_tiles_occupancy`."""
+    from .occupancy import ARCHS
+
+    t = seed_occ[seed_occ["arch"] == arch]
+    a = ARCHS[arch]
+    parts = "; ".join(f"D={r.D} ({r.tile}): **{r.blocks_per_SM} blocks/SM, {100 * r.occupancy:.0f} % occupancy, "
+                      f"limited by {r.limiter}**" for r in t.itertuples())
+    smem_bound = sorted(set(t.loc[t["limiter"] == "shared memory", "D"]))
+    tail = (f" Shared memory limited occupancy at D = {', '.join(map(str, smem_bound))}." if smem_bound else
+            f" With {int(t['block_threads'].iloc[0]) // 32} warps per block and {a.max_warps_per_sm} warp slots per SM, "
+            f"{a.max_warps_per_sm * 32 // int(t['block_threads'].iloc[0])} blocks is the warp ceiling, so at the seed's "
+            "tiles shared memory was *not* what limited occupancy.")
+    return f"On the seed's GPU ({arch}) the calculator gives {parts}.{tail}"
+
+
+def occupancy_vs_latency(scan, configs):
+    """Each timed configuration's latency relative to the best of its (kernel, D, N) beside its
+    theoretical occupancy; per group, the rank correlation of occupancy with latency.
+    Returns (joined rows, correlations, the fastest row per group)."""
+    import numpy as np
+
+    key = ["kernel", "D", "tile_rows", "tile_kv"]
+    j = scan.merge(configs[key + ["theo_occupancy", "limiter", "regs", "smem"]], on=key, how="left")
+    j["rel_latency"] = j["median_ms"] / j.groupby(["kernel", "D", "N"])["median_ms"].transform("min")
+    corr = (j.groupby(["kernel", "D", "N"])[["theo_occupancy", "rel_latency"]]
+            .apply(lambda g: g["theo_occupancy"].rank().corr(g["rel_latency"].rank())
+                   if g["theo_occupancy"].nunique() > 1 else np.nan)
+            .rename("spearman_occupancy_vs_latency").reset_index())
+    best = j.loc[j.groupby(["kernel", "D", "N"])["median_ms"].idxmin()]
+    return j, corr, best
+
+
+def plot_occupancy_vs_latency(joined, label: str):
+    import matplotlib.pyplot as plt
+
+    Ns = sorted(set(joined["N"]))
+    fig, axes = plt.subplots(1, len(Ns), figsize=(6 * len(Ns), 3.8), squeeze=False)
+    for ax, (N, g) in zip(axes[0], joined.groupby("N")):
+        for (kernel, D), gg in g.groupby(["kernel", "D"]):
+            ax.scatter(gg["theo_occupancy"], gg["rel_latency"], s=14, alpha=0.7, label=f"{kernel} D={D}")
+        ax.set(yscale="log", xlabel="theoretical occupancy", ylabel="latency / best latency", title=f"N={N}")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(label, fontsize=9)
+    plt.tight_layout()
+    plt.show()
+    return fig
+
+
+def plot_gain(gain, label: str):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for (kernel, D), g in gain.groupby(["kernel", "D"]):
+        g = g.sort_values("N")
+        ax.plot(g["N"], g["gain"], "o-",
+                label=f"{kernel} D={D} ({g['default_tiles'].iloc[0]} → {g['tuned_tiles'].iloc[0]})")
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set(xscale="log", xlabel="N", ylabel="default time / tuned time", title=f"tuned vs seed tiles — {label}")
+    ax.legend(fontsize=7)
+    plt.show()
+    return fig
+
+
+def scan_arch(mode, notebook: str = "05_occupancy_scan") -> str:
+    """The architecture the scan is built for: the device's when live; in replay the recorded scan's
+    (sm_90 when nothing is recorded)."""
+    from .occupancy import device_arch
+    from .results import has_table, load_table
+
+    if mode.live:
+        return device_arch()
+    if has_table(notebook, "configs", mode.gpu):
+        return str(load_table(notebook, "configs", mode.gpu)["arch"].dropna().iloc[0])
+    return "sm_90"
+
+
+def store_best(mode, profile: str, best_df) -> str:
+    """Live with the full profile: write the scan's optimum to ``data/tuned/<gpu>.json`` (the tiles the
+    launchers read). Other profiles and replay write nothing. Returns what was done, in a line."""
+    from .results import CANONICAL_PROFILE
+
+    if not mode.live:
+        return f"replay: data/tuned/{mode.gpu}.json as recorded (nothing written)"
+    if profile != CANONICAL_PROFILE:
+        return f"profile {profile!r}: not writing data/tuned/{mode.gpu}.json (only the full profile does)"
+    return f"wrote {write_from_scan(mode.gpu, best_df, commit=git_commit()[0])}"
+
+
+def file_matches_scan(mode, profile: str) -> bool:
+    """Whether ``data/tuned/<gpu>.json`` should hold this scan's optimum: in replay (the recorded scan
+    wrote it) and after a live full-profile run (:func:`store_best` just wrote it)."""
+    from .results import CANONICAL_PROFILE
+
+    return (not mode.live) or profile == CANONICAL_PROFILE
+
+
+def driver_agreement(occ_check, static=None, ran=None):
+    """Calculator against driver on every scanned configuration, at recording time and re-checked with
+    the current calculator; beside it, the static build's registers (nvcc here) against the live ones
+    (NVRTC of the recording machine). Returns (summary table, % agreeing then, % now, rows that
+    disagree now, a sentence on the registers or '')."""
+    from .occupancy import recheck_recorded
+
+    rechecked = recheck_recorded(occ_check)
+    then = 100 * float(occ_check["agree"].astype(bool).mean())
+    now = 100 * float(rechecked["agree_now"].mean())
+    table = occ_check.groupby(["arch", "kernel", "limiter"]).agg(
+        configs=("agree", "size"), agree=("agree", "sum"), blocks_min=("driver_blocks", "min"),
+        blocks_max=("driver_blocks", "max"))
+    regs = ""
+    if static is not None and ran is not None:
+        key = ["kernel", "D", "tile_rows", "tile_kv"]
+        cmp = static[key + ["regs"]].merge(ran[key + ["regs"]], on=key, suffixes=("_static", "_live"))
+        if len(cmp):
+            diff = cmp["regs_live"] - cmp["regs_static"]
+            regs = (f"registers, live minus static build: min {diff.min()}, max {diff.max()}, identical in "
+                    f"{int((diff == 0).sum())}/{len(diff)} configurations")
+    return table, then, now, rechecked[~rechecked["agree_now"]], regs
+
+
+def describe_best(best) -> tuple:
+    """The scan's best tiles beside the seed's: (comparison table, the 'TILE_KV shrinks' verdict table,
+    its summary, a sentence on both of the seed's findings generated from ``best``)."""
+    import pandas as pd
+
+    seed = pd.DataFrame([{"D": d, "seed_tile_rows": r, "seed_tile_kv": kv} for d, (r, kv) in SEED_DEFAULTS.items()])
+    table, shrink = verdict_tile_kv_shrinks(best)
+    rows8 = best["tile_rows"].eq(8)
+    text = (f"**{shrink['text']}.** The seed's other finding, TILE_ROWS = 8 everywhere: best TILE_ROWS here is 8 in "
+            f"{int(rows8.sum())}/{len(best)} (kernel, D) cases "
+            f"({', '.join(f'{r.kernel} D={r.D}: {r.tile_rows}' for r in best.itertuples())}).")
+    return best.merge(seed, on="D", how="left"), table, shrink, text
+
+
+def tuned_file_check(mode, profile: str, best_df):
+    """The tuned-tile store against the scan's optimum (when it should hold it: :func:`file_matches_scan`)
+    and what the launchers resolve now. Returns (the store as a table, rows that differ or None when
+    not compared, one line per resolved (kernel, D))."""
+    from .attention import resolve_tiles
+    from .tuned import as_table
+
+    stored = as_table(mode.gpu)
+    differ = None
+    if len(stored) and file_matches_scan(mode, profile):
+        merged = best_df.merge(stored, on=["kernel", "D"], suffixes=("_scan", "_file"), how="left")
+        same = (merged["tile_rows_scan"] == merged["tile_rows_file"]) & (merged["tile_kv_scan"] == merged["tile_kv_file"])
+        differ = merged[~same]
+    lines = [f"resolve_tiles({r.kernel!r}, D={r.D}, gpu={mode.gpu!r}) -> {resolve_tiles(r.kernel, r.D, gpu=mode.gpu)}"
+             for r in best_df.itertuples()]
+    return stored, differ, lines

@@ -178,3 +178,21 @@ def time_gpu_interleaved(fns: Mapping[str, Callable[[], object]], *, budget_s: f
             return timings
         if done_rounds >= max_repeats:
             return timings
+
+
+def timing_problems(t: pd.DataFrame, target_rel_iqr: float | None = None) -> pd.DataFrame:
+    """The rows of a timing table that break what a sound measurement satisfies: positive times,
+    min ≤ q1 ≤ median ≤ q3 ≤ max, ``converged`` exactly when the relative IQR is within the target,
+    and TFLOP/s = FLOPs / median. Empty when every row is sound."""
+    import numpy as np
+
+    target = TARGET_REL_IQR if target_rel_iqr is None else target_rel_iqr
+    eps = 1e-9
+    ordered = ((t["min_ms"] > 0) & (t["min_ms"] <= t["q1_ms"] + eps) & (t["q1_ms"] <= t["median_ms"] + eps)
+               & (t["median_ms"] <= t["q3_ms"] + eps) & (t["q3_ms"] <= t["max_ms"] + eps))
+    rel_iqr = (t["q3_ms"] - t["q1_ms"]) / t["median_ms"]
+    converged_ok = t["converged"].astype(bool) == (rel_iqr <= target + 1e-12)
+    ok = ordered & converged_ok
+    if {"flops", "tflops"} <= set(t.columns):
+        ok &= np.isclose(t["tflops"], t["flops"] / (t["median_ms"] * 1e-3) / 1e12, rtol=1e-9)
+    return t[~ok]

@@ -335,3 +335,231 @@ def wall_clock(fn):
     t0 = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t0
+
+
+# ----------------------------------------------------------------------------- notebook 07's views (replay too)
+
+#: the shapes on which the chunked form meets the recurrence in float64 (notebook 07): tails, a single
+#: token, zero and very strong gates, β near 0 and near 1, with and without an initial state
+REFERENCE_CASES = (
+    # B, T, H, K, V, C, gate, initial_state, beta range
+    (1, 1, 1, 16, 8, 16, "logsigmoid", False, (0.05, 0.95)),
+    (2, 17, 2, 32, 16, 16, "logsigmoid", True, (0.05, 0.95)),
+    (1, 100, 2, 32, 32, 32, "logsigmoid", True, (0.05, 0.95)),
+    (1, 64, 2, 32, 16, 64, "zero", True, (0.05, 0.95)),
+    (1, 70, 2, 32, 16, 16, "const", True, (0.05, 0.95)),
+    (1, 40, 2, 16, 8, 16, "logsigmoid", True, (1e-6, 1e-5)),
+    (1, 40, 2, 16, 8, 16, "logsigmoid", True, (0.999999, 1.0)),
+)
+
+
+def reference_agreement(seed: int = 0, cases=REFERENCE_CASES) -> pd.DataFrame:
+    """The chunked form (float64) against the recurrence (float64), output and final state, and the
+    kernels' stage model in fp32 against the recurrence, one row per case."""
+    from .chunk import chunk_stages_model, kda_chunk_fp64
+
+    rows = []
+    for (b, t, h, k, v, c, gate, init, br) in cases:
+        x = random_inputs(b, t, h, k, v, seed=seed + t, gate=gate, beta_range=br, initial_state=init, dtype=np.float64)
+        o_r, s_r = kda_recurrent_fp64(**x, output_final_state=True)
+        o_c, s_c = kda_chunk_fp64(**x, output_final_state=True, chunk_size=c)
+        m32 = chunk_stages_model(**x, chunk_size=c, dtype=np.float32)
+        rows.append(dict(B=b, T=t, H=h, K=k, V=v, C=c, gate="-50" if gate == "const" else gate,
+                         beta=f"{br[0]:g}..{br[1]:g}", initial_state=init,
+                         chunk_fp64_vs_recurrent=rel_err(o_c, o_r), state_fp64=rel_err(s_c, s_r),
+                         kernel_model_fp32_vs_recurrent=rel_err(m32["o"], o_r)))
+    return pd.DataFrame(rows)
+
+
+def static_table(K: int, V: int, chunk_size: int, archs=("sm_75", "sm_90")) -> pd.DataFrame:
+    """Registers, shared memory (static and the launcher's dynamic size) and spills of each KDA kernel
+    the launchers use at (K, V, chunk_size), per arch (the tensor-core state pass from sm_80)."""
+    from ..static import static_build
+
+    dynamic = {"kda_chunk_state": dk.state_smem_floats, "kda_chunk_state_tc": dk.state_tc_smem_floats}
+    rows = []
+    for arch in archs:
+        for source, function, args in dk.static_instantiations(K, V, chunk_sizes=(chunk_size,),
+                                                               tensor_cores=arch != "sm_75"):
+            (r,) = static_build(source, function, [args], arch)
+            smem = dynamic.get(function)
+            rows.append({**r.row(), "dynamic_smem_bytes": 4 * smem(K, V, args[2], args[3]) if smem else 0})
+    return pd.DataFrame(rows)[["arch", "kernel", "registers", "static_smem_bytes", "dynamic_smem_bytes",
+                               "spill_store_bytes", "spill_load_bytes", "stack_bytes"]]
+
+
+def plot_latency(latency: pd.DataFrame, title: str):
+    """Latency (with the IQR) and throughput against T, one series per (implementation, dtype)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.2))
+    for (impl, dtype), g in latency.groupby(["implementation", "dtype"]):
+        g = g.sort_values("T")
+        style = "o-" if not impl.startswith("fla") else ("s--" if dtype == "bf16" else "d:")
+        ax[0].errorbar(g["T"], g["median_ms"], yerr=[g["median_ms"] - g["q1_ms"], g["q3_ms"] - g["median_ms"]],
+                       fmt=style, capsize=2, label=f"{impl} ({dtype})")
+        ax[1].plot(g["T"], g["tokens_per_s"] / 1e6, style, label=f"{impl} ({dtype})")
+    ax[0].set(xscale="log", yscale="log", xlabel="T", ylabel="latency (ms)", title="latency")
+    ax[1].set(xscale="log", xlabel="T", ylabel="M tokens / s (B·T / time)", title="throughput")
+    for a in ax:
+        a.grid(True, which="both", alpha=0.3)
+    ax[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    plt.tight_layout()
+    plt.show()
+    return fig
+
+
+def sweep_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The chunk-size sweep, one row per configuration, one column per stage (ms)."""
+    keys = ["chunk_size", "bv", "state"] if "state" in sweep else ["chunk_size", "bv"]
+    return sweep.pivot_table(index=keys, columns="stage", values="median_ms")[["all", "intra", "solve", "state"]]
+
+
+def plot_sweep(sw: pd.DataFrame, title: str):
+    """Stacked stage times of each sweep configuration, the three launches together marked."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    labels = [f"C={idx[0]}\nBV={idx[1]}" + (f"\n{idx[2]}" if len(idx) > 2 else "") for idx in sw.index]
+    bottom = np.zeros(len(sw))
+    for stage in ("intra", "solve", "state"):
+        ax.bar(labels, sw[stage], bottom=bottom, label=stage)
+        bottom += sw[stage].to_numpy()
+    ax.plot(labels, sw["all"], "k^", label="all three launches")
+    ax.set(ylabel="ms", title=title)
+    ax.legend(fontsize=8)
+    plt.tight_layout()
+    plt.show()
+    return fig
+
+
+def describe_targets(verdicts: pd.DataFrame, T_goal: int, target_T: int, fla_note: str) -> str:
+    """The targets table as sentences, generated from its rows."""
+    lines = []
+    for r in verdicts.itertuples():
+        state = ("not evaluated" if r.met is None or (isinstance(r.met, float) and np.isnan(r.met))
+                 else ("**met**" if r.met else "**missed**"))
+        value = "—" if pd.isna(r.value) else (f"{r.value:.2e}" if r.threshold < 1e-2 else f"{r.value:.2f}×")
+        lines.append(f"- {r.target} at T={r.T}: {value} (threshold {r.threshold:g}) — {state}. {r.detail}")
+    if T_goal != target_T:
+        lines.append(f"- Note: T={target_T} was not measured in this profile; targets evaluated at T={T_goal}.")
+    lines.append(f"- {fla_note}.")
+    return "\n".join(lines)
+
+
+def what_the_numbers_say(latency: pd.DataFrame, sweep: pd.DataFrame | None, T_goal: int, chunk_size: int,
+                         roof=None) -> tuple[str, dict]:
+    """Notebook 07's reading of its tables at T_goal, every sentence generated from them: the two
+    forms' times, the tensor-core state pass's gain, fla beside, two upper bounds on the ratio to the
+    recurrent kernel (the chunk-parallel stages alone; the three kernels' modelled traffic at the
+    measured bandwidth ``roof``) and the latency's slope in T. Returns (markdown, figures)."""
+    lat_T = latency[latency["T"] == T_goal]
+
+    def get(impl, dtype="fp32"):
+        return lat_T[(lat_T["implementation"] == impl) & (lat_T["dtype"] == dtype)]["median_ms"]
+
+    rec, chk = float(get("recurrent").iloc[0]), float(get("chunked").iloc[0])
+    cfg = lat_T[lat_T["implementation"] == "chunked"]["config"].iloc[0]
+    figures = {"recurrent_ms": rec, "chunked_ms": chk, "reached": rec / chk}
+    facts = [f"- T={T_goal}: recurrent {rec:.3f} ms, chunked ({cfg}) {chk:.3f} ms → chunked is {rec / chk:.2f}× faster."]
+    simt = get(CHUNKED_SIMT)
+    if len(simt):
+        facts.append(f"- The same with the fp32-FMA state pass (04): {simt.iloc[0]:.3f} ms → the tensor-core state "
+                     f"pass makes the whole chunked form {simt.iloc[0] / chk:.2f}× faster.")
+    if sweep is not None and "state" in sweep:
+        st = sweep[(sweep["stage"] == "state") & (sweep["chunk_size"] == chunk_size)]
+        pair = st.pivot_table(index="bv", columns="state", values="median_ms")
+        if {"tc", "simt"} <= set(pair.columns):
+            for bv, r in pair.iterrows():
+                facts.append(f"- State pass alone at C={chunk_size}, BV={bv}, T={int(sweep['T'].iloc[0])}: fp32 FMA "
+                             f"{r['simt']:.3f} ms, tensor cores {r['tc']:.3f} ms ({r['simt'] / r['tc']:.2f}×).")
+    for dtype in ("bf16", "fp32"):
+        f = get("fla chunk_kda", dtype)
+        if len(f):
+            facts.append(f"- fla chunk_kda ({dtype}): {f.iloc[0]:.3f} ms → ours reaches {f.iloc[0] / chk:.2f}× its throughput.")
+        fr = get("fla fused_recurrent_kda", dtype)
+        if len(fr):
+            facts.append(f"- fla fused_recurrent_kda ({dtype}): {fr.iloc[0]:.3f} ms → our recurrent kernel is "
+                         f"{fr.iloc[0] / rec:.2f}× its speed.")
+    bounds = {}
+    if sweep is not None and len(sweep) and int(sweep["T"].iloc[0]) == T_goal:
+        at_c = sweep[sweep["chunk_size"] == chunk_size]
+        par = at_c[at_c["stage"] == "intra"]["median_ms"].min() + at_c[at_c["stage"] == "solve"]["median_ms"].min()
+        if np.isfinite(par):
+            bounds["Bound 1"] = rec / par
+            facts.append(f"- Bound 1: the chunk-parallel stages alone (intra + solve at C={chunk_size}) take {par:.3f} ms: "
+                         f"even with a free state pass the ratio to the recurrent kernel would be at most {rec / par:.1f}×.")
+    if roof is not None:
+        r0 = lat_T.iloc[0]
+        floor_ms = chunk_cost(int(r0["K"]), int(r0["V"]), chunk_size).bytes * int(r0["B"]) * T_goal * int(r0["H"]) \
+            / roof.bandwidth * 1e3
+        bounds["Bound 2"] = rec / floor_ms
+        facts.append(f"- Bound 2: the three kernels' modelled fp32 traffic at {roof.bandwidth / 1e12:.2f} TB/s "
+                     f"({roof.name}) takes at least {floor_ms:.3f} ms: at most {rec / floor_ms:.1f}× without fusing the stages.")
+    if bounds:
+        tight = min(bounds, key=bounds.get)
+        reached = rec / chk
+        facts.append(f"- Reached {reached:.2f}× against the tighter bound's {bounds[tight]:.1f}× ({tight}): "
+                     + ("the chunked form is within 20 % of what these bounds allow." if reached >= 0.8 * bounds[tight] else
+                        f"these bounds leave room for {bounds[tight] / reached:.1f}× more, so they are not what holds "
+                        "the three-kernel form back at this T."))
+    figures.update({k.lower().replace(" ", "_"): v for k, v in bounds.items()})
+    if len(set(latency["T"])) >= 2:
+        for impl in ("recurrent", "chunked"):
+            g = latency[latency["implementation"] == impl].sort_values("T").tail(2)
+            slope = np.log(g["median_ms"].iloc[1] / g["median_ms"].iloc[0]) / np.log(g["T"].iloc[1] / g["T"].iloc[0])
+            facts.append(f"- {impl}: log-log slope of latency vs T over the two largest T = {slope:.2f} (1 = linear in T).")
+    return "\n".join(facts), figures
+
+
+def difference_form_demo(seed: int = 0, C: int = 64, K: int = 8, g: float = -50.0):
+    """One chunk with every gate at ``g``: how many entries of e^{G_i}·e^{-G_j} (the split form) and of
+    e^{min(G_i - G_j, 0)} (the difference form the kernels use) stay finite over the causal pairs; then
+    the kernels' fp32 stages on a sequence with that gate against the float64 recurrence.
+    Returns (table, stages all finite, their relative error)."""
+    from .chunk import chunk_stages_model
+
+    G = np.cumsum(np.full((C, K), g, dtype=np.float32), axis=0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        split = np.exp(G)[:, None, :] * np.exp(-G)[None, :, :]
+    diff = np.exp(np.minimum(G[:, None, :] - G[None, :, :], 0))
+    lower = np.tril(np.ones((C, C), bool))
+    table = pd.DataFrame([dict(form=name, min_G=float(G.min()), pairs=int(lower.sum() * K),
+                               nan=int(np.isnan(m[lower]).sum()), inf=int(np.isinf(m[lower]).sum()),
+                               finite=int(np.isfinite(m[lower]).sum()))
+                          for name, m in (("e^{G_i} · e^{-G_j}", split), ("e^{G_i - G_j}", diff))])
+    x = random_inputs(1, 150, 2, 32, 16, seed=seed, gate="const", gate_value=g, initial_state=True)
+    o_ref, _ = kda_recurrent_fp64(**x)
+    m32 = chunk_stages_model(**x, chunk_size=C)
+    return table, bool(np.isfinite(m32["o"]).all()), rel_err(m32["o"], o_ref)
+
+
+def tf32_demo(chunk_size: int, K: int, seed: int = 0, cols: int = 32) -> pd.DataFrame:
+    """A product of the state pass's shape, W (C×K) times a state block (K×cols), in fp32 FMA, TF32
+    (operands truncated or rounded) and 3xTF32, each against float64."""
+    from .tf32 import matmul_tf32
+
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((chunk_size, K)).astype(np.float32) / np.sqrt(K)
+    S = rng.standard_normal((K, cols)).astype(np.float32)
+    exact = W.astype(np.float64) @ S.astype(np.float64)
+    return pd.DataFrame([dict(method=name, MMAs_per_product=n, rel_err=rel_err(out, exact))
+                         for name, n, out in [("fp32 FMA (04_chunk_state)", 0, W @ S),
+                                              ("TF32, operands truncated", 1, matmul_tf32(W, S, passes=1)),
+                                              ("TF32, operands rounded", 1, matmul_tf32(W, S, passes=1, round_operands=True)),
+                                              ("3xTF32 (05_chunk_state_tc)", 3, matmul_tf32(W, S, passes=3))]])
+
+
+def fla_note(latency: pd.DataFrame) -> str:
+    """Whether fla was timed in the run that measured ``latency``."""
+    rows = latency[latency["implementation"].str.startswith("fla")]
+    return ("fla was not installed (or not asked for) when these figures were measured: no fla rows"
+            if rows.empty else f"fla timed in the same run ({len(rows)} rows)")
+
+
+def roofline_view(points: pd.DataFrame) -> pd.DataFrame:
+    """:func:`roofline_points` in display units: TFLOP/s, TB/s and G exponentials per second."""
+    return points.assign(TFLOPs=points["achieved_flops"] / 1e12, TBps=points["achieved_bytes_per_s"] / 1e12,
+                         Gexp_per_s=points["achieved_exps_per_s"] / 1e9)[
+        ["kernel", "T", "intensity", "TFLOPs", "TBps", "Gexp_per_s"]].round(3)
