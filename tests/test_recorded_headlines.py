@@ -208,7 +208,10 @@ def test_notebook_07_headlines():
     at = lambda impl, dtype="fp32": float(lat[(lat["T"] == T) & (lat["implementation"] == impl)
                                              & (lat["dtype"] == dtype)]["median_ms"].iloc[0])
     assert _close(h["chunked_vs_recurrent"], at("recurrent") / at("chunked"))
-    assert _close(h["chunked_vs_fla_chunk_bf16"], at("fla chunk_kda", "bf16") / at("chunked"))
+    # against fla: the best chunked configuration measured at T (the default one, or any of the sweep's)
+    sweep = _table(nb, "chunk_sweep")
+    best = min(at("chunked"), sweep[(sweep["T"] == T) & (sweep["stage"] == "all")]["median_ms"].min())
+    assert _close(h["chunked_vs_fla_chunk_bf16"], at("fla chunk_kda", "bf16") / best)
     ours = acc[~acc["implementation"].str.startswith("fla")]
     assert _close(h["worst_rel_err_target_shape"], ours["rel_err_o"].max())
     assert h["cases_checked"] == len(chk) and h["all_correct"] == bool(chk["passed"].all())

@@ -9,6 +9,8 @@ import sys
 
 import nbformat
 import pytest
+
+from attnlab import paths
 from papermill.exceptions import PapermillExecutionError
 
 import attnlab.report as report
@@ -158,6 +160,10 @@ def lab(tmp_path, monkeypatch):
                         lambda ipynb, html=None: report.write_text_atomic(html, f"<html>{ipynb.read_text()}</html>"))
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))   # main() edits it
     monkeypatch.delenv("ATTNLAB_PROG", raising=False)
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setattr(report, "DATA_DIR", data)       # a live run's staging folder goes here
+    monkeypatch.setattr(paths, "DATA_DIR", data)
     fake = FakeExecution()
     monkeypatch.setattr(report, "execute_notebook", fake)
     return fake
@@ -505,3 +511,52 @@ def test_a_kernel_that_fails_to_start_is_started_again_and_a_cell_error_is_not(m
     with pytest.raises(RuntimeError, match="a cell raised"):
         report.execute_notebook(tmp_path / "a.ipynb", tmp_path / "b.ipynb", {}, 60)
     assert len(calls) == 1
+
+
+def test_a_failed_live_notebook_leaves_the_recorded_tables_as_they_were(lab, tmp_path, monkeypatch):
+    """Tables a live notebook records go to a staging folder (paths.STAGE_ENV); data/ gets them only
+    when the notebook passes. Half-way failures put theirs beside the FAILED report instead."""
+    data = tmp_path / "data"
+    table = data / "results" / "gpu-x" / "01_naive__timing.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text("the last good table")
+    seen = {}
+
+    def records_then(outcome):
+        def run(path, output, params, timeout):
+            target = paths.staged(table)             # what results.save_table does under the runner
+            seen["staged"] = target
+            paths.write_atomic(target, f"from a run that will {outcome}")
+            assert paths.readable(table).read_text() == f"from a run that will {outcome}"   # it reads its own
+            lab.outcome = outcome
+            lab(path, output, params, timeout)
+        return run
+
+    monkeypatch.setattr(report, "execute_notebook", records_then("fail"))
+    assert report.main(["--only", "01"]) == 1
+    assert table.read_text() == "the last good table" and seen["staged"] != table
+    partial = report.failed_tables_dir(tmp_path / "gpu-x", "01_naive")
+    assert (partial / "results" / "gpu-x" / "01_naive__timing.csv").read_text() == "from a run that will fail"
+    run = json.loads((tmp_path / "gpu-x" / "runs.json").read_text())[0]
+    assert run["status"] == "failed" and "01_naive.FAILED.tables" in run["error"]
+    assert not list(data.glob(".stage-*")) and paths.STAGE_ENV not in os.environ
+
+    monkeypatch.setattr(report, "execute_notebook", records_then("pass"))
+    assert report.main(["--only", "01"]) == 0
+    assert table.read_text() == "from a run that will pass" and not partial.exists()
+    assert not list(data.glob(".stage-*")) and paths.STAGE_ENV not in os.environ
+
+
+def test_staging_maps_only_data_and_promotes_atomically(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    monkeypatch.setattr(paths, "DATA_DIR", data)
+    inside, outside = data / "tuned" / "g.json", tmp_path / "reports" / "x.html"
+    monkeypatch.delenv(paths.STAGE_ENV, raising=False)
+    assert paths.staged(inside) == inside and paths.readable(inside) == inside
+    stage = data / ".stage-test"
+    monkeypatch.setenv(paths.STAGE_ENV, str(stage))
+    assert paths.staged(inside) == stage / "tuned" / "g.json" and paths.staged(outside) == outside
+    assert paths.readable(inside) == inside                     # nothing staged yet: the recorded file
+    paths.write_atomic(paths.staged(inside), "new")
+    assert paths.readable(inside) == stage / "tuned" / "g.json"
+    assert paths.promote(stage) == [inside] and inside.read_text() == "new" and not stage.exists()

@@ -227,3 +227,27 @@ def test_delta_demos_and_sentences():
     assert figs["bound_1"] > figs["reached"]
     assert "fla timed in the same run" in db.fla_note(lat)
     assert "no fla rows" in db.fla_note(lat[~lat["implementation"].str.startswith("fla")])
+
+
+# ---------------------------------------------------------------- one arrays module (issue 9)
+
+def test_host_data_is_computed_with_numpy_and_bfloat16_widens_exactly():
+    import torch
+
+    from attnlab import arrays
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert arrays.array_module(x) is np and arrays.array_module([1.0, 2.0]) is np
+    xp, view = arrays.float_view(torch.from_numpy(x).to(torch.bfloat16))
+    assert xp is np and view.dtype == np.float32 and (view == x).all()      # small integers are exact in bf16
+    assert arrays.float_view([1.0, 2.0])[1].tolist() == [1.0, 2.0]
+
+
+def test_no_module_sniffs_array_types_but_arrays():
+    """The one place that asks what kind of array it was given (issue 9, item 5)."""
+    import re
+
+    lib = REPO_ROOT / "lib" / "attnlab"
+    sniff = re.compile(r"__module__\)?\.startswith\(")
+    offenders = [str(p.relative_to(lib)) for p in lib.rglob("*.py") if p.name != "arrays.py" and sniff.search(p.read_text())]
+    assert not offenders, offenders

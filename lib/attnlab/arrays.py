@@ -51,6 +51,34 @@ def require_device(name: str, x) -> None:
                      "tensor.cuda()")
 
 
+def array_module(x):
+    """NumPy, or CuPy for a device array (a CuPy array or a CUDA torch tensor): float64 reference maths
+    runs where the data is. Anything that is not an array counts as host data."""
+    try:
+        device = on_device(x)
+    except ValueError:
+        device = False
+    if device:
+        import cupy as cp
+
+        return cp
+    return np
+
+
+def float_view(x):
+    """(xp, ``x`` as an xp array): a device array stays on its device (a CUDA tensor viewed through
+    DLPack, bfloat16 widened to float32 exactly); host data becomes a NumPy array."""
+    xp = array_module(x)
+    if xp is np:
+        return np, to_numpy(x)
+    if array_kind(x) == "torch":
+        import torch
+
+        x = x.detach()
+        return xp, xp.from_dlpack(x.float() if x.dtype == torch.bfloat16 else x)
+    return xp, x
+
+
 def as_cupy(x):
     """A zero-copy CuPy view of a device array. 16-bit torch tensors are viewed as int16 bit
     patterns (CuPy has no bfloat16), which is what the kernels read."""

@@ -677,8 +677,8 @@ def flash_counters(notebook: str, mode, profile: str = "full", run: bool = False
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=int(timeout) + 120, cwd=REPO_ROOT)
             lines = [l for l in proc.stdout.splitlines() if l.startswith("[ncu_profile]")]
-            if echo:
-                print("\n".join(proc.stdout.splitlines()[-60:]))
+            if echo:   # the script's own status lines (its table dump is the notebook's to show)
+                print("\n".join(lines[-20:]))
                 if proc.returncode:
                     print(proc.stderr[-3000:])
             last = lines[-1].removeprefix("[ncu_profile]").strip() if lines else \

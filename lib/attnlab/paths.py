@@ -35,3 +35,46 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+# ---------------------------------------------------------------- staging a live notebook's records
+
+#: While the report runner executes a live notebook it points this at a folder inside data/: every
+#: table and tuned-tile file the notebook (or a script it starts) records is written there, and the
+#: runner moves the whole set into data/ only when the notebook passed. A notebook that fails
+#: half-way leaves the recorded set as it was (its partial tables go beside its FAILED report).
+STAGE_ENV = "ATTNLAB_STAGE_DIR"
+
+
+def staged(path: Path) -> Path:
+    """Where a write to ``path`` goes: under the staging folder when one is set and ``path`` is in data/."""
+    stage = os.environ.get(STAGE_ENV)
+    if not stage:
+        return Path(path)
+    try:
+        rel = Path(path).resolve().relative_to(DATA_DIR.resolve())
+    except ValueError:
+        return Path(path)
+    return Path(stage) / rel
+
+
+def readable(path: Path) -> Path:
+    """Where to read ``path`` from: the staged copy when this run has recorded one, else ``path``."""
+    s = staged(path)
+    return s if s != Path(path) and s.is_file() else Path(path)
+
+
+def promote(stage: Path, into: Path | None = None) -> list[Path]:
+    """Move every file recorded under ``stage`` to its place in data/ (``into``), each an atomic rename;
+    returns the destinations. The staging folder is removed."""
+    into = Path(into or DATA_DIR)
+    moved = []
+    for f in sorted(p for p in Path(stage).rglob("*") if p.is_file() and not p.name.endswith(".tmp")):
+        dest = into / f.relative_to(stage)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(f, dest)
+        moved.append(dest)
+    import shutil
+
+    shutil.rmtree(stage, ignore_errors=True)
+    return moved

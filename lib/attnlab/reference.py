@@ -6,25 +6,11 @@ import math
 
 import numpy as np
 
-from .arrays import max_abs_error, rel_error, to_numpy  # noqa: F401  (re-exported: the family's error measures)
+from .arrays import float_view, max_abs_error, rel_error, to_numpy  # noqa: F401  (re-exported: the family's error measures)
 
 
 def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
-
-
-def _xp_of(x):
-    """NumPy, or CuPy for device arrays (so the float64 reference runs where the data is)."""
-    mod = type(x).__module__
-    if mod.startswith("cupy"):
-        import cupy as cp
-        return cp, x
-    if mod.startswith("torch") and x.is_cuda:
-        import cupy as cp
-        import torch
-        x = x.detach()
-        return cp, cp.from_dlpack(x.float() if x.dtype == torch.bfloat16 else x)
-    return np, to_numpy(x)
 
 
 def attention_fp64(q, k, v, scale: float | None = None, causal: bool = False):
@@ -35,9 +21,9 @@ def attention_fp64(q, k, v, scale: float | None = None, causal: bool = False):
     Shapes [B, H, N, D]; returns float64 [B, H, N, D] — a NumPy array for host inputs, a CuPy
     array for device inputs (the same formula, evaluated in float64 on the GPU).
     """
-    xp, q = _xp_of(q)
-    _, k = _xp_of(k)
-    _, v = _xp_of(v)
+    xp, q = float_view(q)     # the float64 maths runs where the data is
+    _, k = float_view(k)
+    _, v = float_view(v)
     q, k, v = (a.astype(xp.float64) for a in (q, k, v))
     if q.ndim != 4 or k.shape != q.shape or v.shape != q.shape:
         raise ValueError(f"q, k, v must share one [B, H, N, D] shape, got {q.shape}, {k.shape}, {v.shape}")

@@ -54,7 +54,7 @@ from . import cluster
 from . import env as _env
 from .env import Mode, MissingRecordedData, gpu_slug, resolve_mode
 from .nb import HEADLINE_MIME
-from .paths import NOTEBOOKS_DIR, REPO_ROOT, REPORTS_DIR, write_atomic
+from .paths import DATA_DIR, NOTEBOOKS_DIR, REPO_ROOT, REPORTS_DIR, STAGE_ENV, promote, write_atomic
 
 PROFILES_DIR = NOTEBOOKS_DIR / "profiles"
 CANONICAL_PROFILE = "full"       # as attnlab.results: the profile whose tables replay shows
@@ -447,10 +447,14 @@ def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mod
     out_dir = out_dir.resolve()   # papermill saves from inside the notebook's folder
     run = NotebookRun(path.stem, parameters=params, mode=mode or params.get("mode", ""))
     work = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", suffix=".tmp", dir=out_dir))
+    # a live notebook records into a staging folder; data/ gets its tables only if it passes
+    stage = Path(tempfile.mkdtemp(prefix=f".stage-{path.stem}.", dir=DATA_DIR)) if run.mode == "live" else None
     try:
         output, html = work / path.name, work / f"{path.stem}.html"
         start = time.perf_counter()
         try:
+            if stage is not None:
+                os.environ[STAGE_ENV] = str(stage)
             execute_notebook(path, output, params, timeout)
             run.status = "passed"
         except PapermillExecutionError as exc:
@@ -468,9 +472,33 @@ def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mod
             except Exception as exc:  # noqa: BLE001 - keep the notebook even if its page fails
                 run.error = (run.error + f" (HTML export failed: {exc})").strip()
         install_outputs(out_dir, run, output, html)
+        if stage is not None:
+            settle_records(stage, out_dir, run)
     finally:
+        if stage is not None:
+            os.environ.pop(STAGE_ENV, None)
+            shutil.rmtree(stage, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
     return run
+
+
+def failed_tables_dir(out_dir: Path, notebook: str) -> Path:
+    return Path(out_dir) / f"{notebook}.FAILED.tables"
+
+
+def settle_records(stage: Path, out_dir: Path, run: NotebookRun) -> None:
+    """What a live notebook recorded (in ``stage``): moved into data/ when it passed (and an older
+    failure's tables removed); when it failed, the recorded set is left as it was and the partial
+    tables go beside the FAILED report, for a look at what the failed run measured."""
+    failed = failed_tables_dir(out_dir, run.notebook)
+    if run.status == "passed":
+        promote(stage)
+        shutil.rmtree(failed, ignore_errors=True)
+        return
+    if any(p.is_file() for p in stage.rglob("*")):
+        shutil.rmtree(failed, ignore_errors=True)
+        shutil.move(str(stage), str(failed))
+        run.error = (run.error + f" (its partial tables: {failed.name}/; data/ kept the last good set)").strip()
 
 
 def install_outputs(out_dir: Path, run: NotebookRun, ipynb: Path, html: Path) -> None:
@@ -529,8 +557,8 @@ KEY_RESULTS: dict[str, str] = {
                   "{pct_of_sdpa:.0f} % of SDPA fp32",
     "05_occupancy_scan": "tuned tiles {geomean_tuned_gain:.3f}× the seed's (geomean over {configurations} "
                          "configurations); calculator agrees on {calculator_agrees_pct:.0f} %",
-    "06_roofline": "roofs: FMA {fma_tflops:.1f} TFLOP/s, copy {copy_tbps:.2f} TB/s; median point at "
-                   "{median_pct_of_peak:.1f} % of its roof",
+    "06_roofline": "roofs: FMA {fma_tflops:.1f} TFLOP/s, copy {copy_tbps:.2f} TB/s; the seed's naive/tiled "
+                   "kernels at a median {median_pct_of_peak:.1f} % of the FP32 peak",
     "07_delta_attention_chunking": "chunked KDA {chunked_vs_recurrent:.2f}× the recurrent kernel and "
                                    "{chunked_vs_fla_chunk_bf16:.2f}× fla bf16 at T={T}",
     "08_register_tiling": "{x_sdpa_fp32_d128_n4096:.2f}× SDPA fp32 at D=128, N=4096 ({tflops_d128_n4096:.1f} "

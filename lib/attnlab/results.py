@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from .env import Mode, MissingRecordedData, how_to_record, provenance
-from .paths import RESULTS_DIR, write_atomic
+from .paths import RESULTS_DIR, readable, staged, write_atomic
 
 PROVENANCE_COLUMNS = ("gpu_name", "gpu", "driver_version", "sm_clock_mhz", "mem_clock_mhz",
                       "max_sm_clock_mhz", "gpu_temp_c", "cupy_version", "cuda_runtime",
@@ -57,12 +57,13 @@ def save_table(df: pd.DataFrame, notebook: str, table: str, mode: Mode,
     for key, value in provenance(mode).items():
         stamped[key] = value
     stamped["profile"] = profile
-    return write_csv_atomic(stamped, table_path(notebook, table, mode.gpu, profile))
+    # under the report runner, into its staging folder (data/ gets the set when the notebook passes)
+    return write_csv_atomic(stamped, staged(table_path(notebook, table, mode.gpu, profile)))
 
 
 def load_table(notebook: str, table: str, gpu: str, profile: str = CANONICAL_PROFILE) -> pd.DataFrame:
     """Load a recorded table; raise :class:`MissingRecordedData` saying how to record it."""
-    path = table_path(notebook, table, gpu, profile)
+    path = readable(table_path(notebook, table, gpu, profile))
     if not path.is_file():
         raise MissingRecordedData(f"no recorded table '{table}' of notebook {notebook} for GPU '{gpu}' "
                                   f"({path.relative_to(RESULTS_DIR.parent.parent)}). " + how_to_record(gpu))
@@ -70,7 +71,7 @@ def load_table(notebook: str, table: str, gpu: str, profile: str = CANONICAL_PRO
 
 
 def has_table(notebook: str, table: str, gpu: str, profile: str = CANONICAL_PROFILE) -> bool:
-    return table_path(notebook, table, gpu, profile).is_file()
+    return readable(table_path(notebook, table, gpu, profile)).is_file()
 
 
 def describe_provenance(df: pd.DataFrame) -> str:

@@ -96,7 +96,7 @@ _CACHE: dict[Path, tuple[tuple[int, int, int], dict]] = {}
 
 def load(gpu: str, tuned_dir: Path | None = None) -> dict:
     """The tuned data of ``gpu`` (an empty structure when no file exists). Cached by mtime."""
-    path = tuned_path(gpu, tuned_dir)
+    path = paths.readable(tuned_path(gpu, tuned_dir))
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -120,7 +120,7 @@ def load(gpu: str, tuned_dir: Path | None = None) -> dict:
 def save(data: Mapping[str, Any], tuned_dir: Path | None = None) -> Path:
     """Validate and write atomically; returns the path."""
     validate(data)
-    path = tuned_path(data["gpu"], tuned_dir)
+    path = paths.staged(tuned_path(data["gpu"], tuned_dir))   # the report runner's staging folder, if any
     paths.write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     _CACHE.pop(path, None)
     return path

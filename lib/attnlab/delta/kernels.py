@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import array_kind, as_cupy as arrays_as_cupy, dtype_name, is_contiguous
 from .naive import check_shapes
 
 SUPPORTED_K = (64, 128)
@@ -198,8 +199,16 @@ def validate_config(K: int, V: int, chunk_size: int | None = None, bv: int | Non
 
 # ----------------------------------------------------------------------------- inputs
 
+def _kind(a) -> str | None:
+    """attnlab.arrays' name for what ``a`` is ('numpy', 'cupy', 'torch'), None for a non-array."""
+    try:
+        return array_kind(a)
+    except ValueError:
+        return None
+
+
 def _is_torch_bf16(a) -> bool:
-    return type(a).__module__.startswith("torch") and str(getattr(a, "dtype", "")) == "torch.bfloat16"
+    return _kind(a) == "torch" and dtype_name(a) == "bfloat16"
 
 
 def _describe(a) -> str:
@@ -209,24 +218,22 @@ def _describe(a) -> str:
 def _check_array(name: str, a, dtype: str = "float32") -> None:
     """dtype and layout checks that work on NumPy, CuPy and torch arrays alike (``dtype``
     'float32', or 'bfloat16' for the bf16-I/O path, which only torch tensors can carry)."""
-    mod = type(a).__module__
-    if mod.startswith("torch"):
-        import torch
-
-        if a.dtype != getattr(torch, dtype):
+    kind = _kind(a)
+    if kind is None:
+        raise ValueError(f"{name} must be a CuPy array or torch CUDA tensor, got {_describe(a)}")
+    if kind == "torch":
+        if dtype_name(a) != dtype:
             raise ValueError(f"{name} must be {dtype}" + (" like q" if name != "q" and dtype == "bfloat16" else "")
                              + f", got {a.dtype}")
-        if not a.is_contiguous():
+        if not is_contiguous(a):
             raise ValueError(f"{name} must be C-contiguous (the kernels ignore strides); call .contiguous()")
         return
-    if not (isinstance(a, np.ndarray) or mod.startswith("cupy")):
-        raise ValueError(f"{name} must be a CuPy array or torch CUDA tensor, got {_describe(a)}")
     if dtype == "bfloat16":
         raise ValueError(f"{name} must be a torch bfloat16 tensor like q (CuPy and NumPy have no bfloat16), "
                          f"got {_describe(a)} of {a.dtype}")
-    if a.dtype != np.float32:
+    if dtype_name(a) != "float32":
         raise ValueError(f"{name} must be float32, got {a.dtype}")
-    if not a.flags.c_contiguous:
+    if not is_contiguous(a):
         raise ValueError(f"{name} must be C-contiguous (the kernels ignore strides); use ascontiguousarray")
 
 
@@ -238,18 +245,11 @@ def as_cupy(name: str, a, *, allow_none: bool = False, dtype: str = "float32"):
             return None
         raise ValueError(f"{name} is required")
     _check_array(name, a, dtype)
-    mod = type(a).__module__
-    if mod.startswith("torch"):
+    if _kind(a) == "torch":
         if not a.is_cuda:
             raise ValueError(f"{name} must be on a CUDA device, got a torch tensor on {a.device}")
-        import cupy as cp
-
-        if dtype == "bfloat16":
-            import torch
-
-            return cp.from_dlpack(a.detach().view(torch.int16))
-        return cp.from_dlpack(a.detach())
-    if not mod.startswith("cupy"):
+        return arrays_as_cupy(a)
+    if _kind(a) != "cupy":
         raise ValueError(f"{name} must be a CUDA array (CuPy array or torch CUDA tensor), got a NumPy "
                          f"array on the host; move it with cupy.asarray")
     import cupy as cp

@@ -17,26 +17,20 @@ import math
 
 import numpy as np
 
+from ..arrays import array_module, float_view, to_numpy
+
 
 def _xp(x):
     """NumPy, or CuPy when x is a CuPy array / torch CUDA tensor (the same float64 maths on a GPU)."""
-    mod = type(x).__module__
-    if mod.startswith("cupy") or (mod.startswith("torch") and x.is_cuda):
-        import cupy as cp
-
-        return cp
-    return np
+    return array_module(x)
 
 
 def _as_f64(x, xp=np):
     """A contiguous float64 copy of x in xp (NumPy or CuPy)."""
     if xp is np:
-        from ..arrays import to_numpy
-
         return np.ascontiguousarray(to_numpy(x), dtype=np.float64)
-    if type(x).__module__.startswith("torch"):
-        x = xp.from_dlpack(x.detach())
-    return xp.ascontiguousarray(xp.asarray(x), dtype=xp.float64)
+    _, a = float_view(x)
+    return xp.ascontiguousarray(xp.asarray(a), dtype=xp.float64)
 
 
 def check_shapes(q, k, v, g, beta, initial_state=None) -> tuple[int, int, int, int, int]:
