@@ -65,7 +65,7 @@ def csv_row_edit(field: str, value: Callable[[dict], str], where: Callable[[dict
 
 
 TIMING = "lib/attnlab/timing.py"
-ATTENTION = "lib/attnlab/attention.py"
+ATTENTION = "lib/attnlab/attention/kernels.py"
 ENV = "lib/attnlab/env.py"
 TILED = "kernels/attention/02_tiled.cu"
 NAIVE_TIMING = "data/results/h200/01_naive__timing.csv"

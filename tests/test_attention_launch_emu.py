@@ -20,7 +20,7 @@ import pytest
 
 from attnlab import attention
 from attnlab.paths import REPO_ROOT
-from attnlab.reference import attention_fp64, rel_error
+from attnlab.attention.reference import attention_fp64, rel_error
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ (C++20) builds the CPU model")
 
@@ -46,7 +46,7 @@ def fake_gpu(monkeypatch, tmp_path_factory):
     import attnlab.occupancy
 
     monkeypatch.setattr(attnlab.occupancy, "driver_blocks", lambda *a, **k: BLOCKS_PER_SM)
-    monkeypatch.setattr(attention, "_PLANS", {})   # plans hold stand-in kernels: none leaks out
+    monkeypatch.setattr(attention.kernels, "_PLANS", {})   # plans hold stand-in kernels: none leaks out
     return cp
 
 

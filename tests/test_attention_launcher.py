@@ -5,7 +5,7 @@ import pytest
 
 from attnlab.attention import (DEFAULT_TILES, KERNELS, SEED_LADDER, SEED_TILED, get_spec, resolve_params,
                                 resolve_tiles, validate_qkv)
-from attnlab.bench import EDGE_SHAPES
+from attnlab.attention.bench import EDGE_SHAPES
 from attnlab.paths import KERNELS_DIR
 
 
@@ -102,7 +102,7 @@ _CASES = [(n, d, c) for n, s in sorted(KERNELS.items()) for d in s.head_dims for
 def test_kernel_matches_float64_on_edge_shapes(name, D, causal, bhn):
     import torch
     from attnlab.attention import run_attention
-    from attnlab.reference import attention_fp64, rel_error
+    from attnlab.attention.reference import attention_fp64, rel_error
 
     spec = get_spec(name)
     dtype = getattr(torch, spec.dtypes[0])
@@ -121,7 +121,7 @@ def test_large_logits_and_a_nan_row(name):
     """Scores of several hundred stay finite (online max); a NaN in one query row poisons that row only."""
     import torch
     from attnlab.attention import run_attention
-    from attnlab.reference import attention_fp64, rel_error
+    from attnlab.attention.reference import attention_fp64, rel_error
 
     spec = get_spec(name)
     dtype = getattr(torch, spec.dtypes[0])
@@ -148,7 +148,7 @@ def test_large_logits_and_a_nan_row(name):
 @pytest.mark.parametrize("tiles", [(1, 8), (32, 8), (4, 128), (16, 64)], ids=lambda t: f"TR{t[0]}-TKV{t[1]}")
 def test_tiled_kernels_with_non_default_tiles(name, tiles):
     from attnlab.attention import run_attention
-    from attnlab.reference import attention_fp64, rel_error
+    from attnlab.attention.reference import attention_fp64, rel_error
 
     q, k, v = _qkv(2, 3, 200, 64, seed=7)
     assert rel_error(run_attention(name, q, k, v, *tiles), attention_fp64(q, k, v)) < 1e-5

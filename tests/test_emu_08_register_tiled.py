@@ -26,7 +26,7 @@ import pytest
 
 from attnlab.banks import warp_access
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
-from attnlab.reference import attention_fp64, rel_error
+from attnlab.attention.reference import attention_fp64, rel_error
 
 import emu_build  # tests/emu_build.py: g++ builds cached by content
 

@@ -29,7 +29,7 @@ import pytest
 
 from attnlab.attention import get_spec, stream_k_plain
 from attnlab.paths import KERNELS_DIR, REPO_ROOT
-from attnlab.reference import attention_fp64, default_scale, rel_error
+from attnlab.attention.reference import attention_fp64, default_scale, rel_error
 
 import emu_build  # tests/emu_build.py: g++ builds cached by content
 

@@ -79,7 +79,7 @@ def test_model_rejects_bad_input():
 
 
 def test_model_matches_core_naive_model():
-    from attnlab.models import online_softmax_attention
+    from attnlab.attention.models import online_softmax_attention
 
     q, k, v = _qkv(1, 1, 20, 32, seed=5, dtype=np.float32)
     core = online_softmax_attention(q, k, v)

@@ -15,12 +15,12 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "attnlab"
 LAYERS = {
     # tools: know nothing of attention kernels
     "tool": {"paths", "arrays", "compile", "static", "timing", "results", "env", "occupancy", "ncu", "report",
-             "nb", "seed", "tuned", "models", "cluster", "tma"},
+             "nb", "seed", "tuned", "cluster", "tma"},
     # kernel families: registry, launchers, float64 references, NumPy models of the kernels
-    "family": {"reference", "attention", "delta", "delta.naive", "delta.chunk", "delta.kernels", "delta.model",
-               "delta.tf32"},
+    "family": {"attention", "attention.kernels", "attention.reference", "attention.models",
+               "delta", "delta.naive", "delta.chunk", "delta.kernels", "delta.model", "delta.tf32"},
     # studies: the measurements and verdicts the notebooks show
-    "study": {"ladder", "banks", "bench", "tile_scan", "flash", "roofline", "delta.bench", "delta.fast", "cross_gpu",
+    "study": {"ladder", "banks", "attention.bench", "tile_scan", "flash", "roofline", "delta.bench", "delta.fast", "cross_gpu",
               "steps"},
 }
 RANK = {"tool": 0, "family": 1, "study": 2}

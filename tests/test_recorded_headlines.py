@@ -58,7 +58,7 @@ def test_notebook_10_headlines():
 
 
 def test_notebook_01_headlines():
-    from attnlab.bench import versus_sdpa
+    from attnlab.attention.bench import versus_sdpa
 
     nb = "01_naive"
     h, timing, chk = _headlines(nb), _table(nb, "timing"), _table(nb, "correctness")

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.models import online_softmax_attention
-from attnlab.reference import (attention_flops, attention_fp64, attention_min_bytes, attention_sdpa, max_abs_error,
+from attnlab.attention.models import online_softmax_attention
+from attnlab.attention.reference import (attention_flops, attention_fp64, attention_min_bytes, attention_sdpa, max_abs_error,
                                rel_error)
 from attnlab.timing import summarize
 

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab import bench, nb, occupancy, steps, tile_scan
+from attnlab import nb, occupancy, steps, tile_scan
+from attnlab.attention import bench
 from attnlab import roofline as rl
 from attnlab.delta import bench as db
 from attnlab.env import Mode

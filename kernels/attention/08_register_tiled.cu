@@ -26,7 +26,7 @@
 //           TM*rg + TM-1), column group cg = t % CG (S keys cg + CG*kk, O columns 4*(cg + CG*c) + e)
 //   dynamic shared memory = 4 * (D*BM + 2*BN*D + BN*BM) bytes  (no padding: two XOR swizzles)
 //   Defaults per D (sm_90, nvcc 13.0; registers, spills none; the registry in
-//   lib/attnlab/attention.py holds the launcher's choice, from an H200 sweep: D=128 uses BN=32):
+//   lib/attnlab/attention/kernels.py holds the launcher's choice, from an H200 sweep: D=128 uses BN=32):
 //     D=128: <128, 64, 32, 16, 8> 128 threads (BN=64: 168 regs, 112 KiB -> 2 blocks/SM)
 //     D=64:  < 64,128, 64,  8, 8> 128 threads, 254 regs,  96 KiB -> 2 blocks/SM
 //     D=32:  < 32,128, 64,  8, 8> 128 threads, 232 regs,  64 KiB -> 2 blocks/SM (registers)

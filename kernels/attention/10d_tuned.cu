@@ -44,7 +44,7 @@
 //  6. __launch_bounds__(THREADS, min_blocks): <= 128 registers at D <= 64, so 2 blocks of 256
 //     threads (16 warps) per SM (10c needs 129-134 at D = 64: 1 block); <= 255 at D = 128, 1 block
 //     of 256 threads (O alone is 64 fp32 registers a thread, Q 32, S 32).
-// Tiles: the launcher's defaults per D live in the registry (lib/attnlab/attention.py), chosen from
+// Tiles: the launcher's defaults per D live in the registry (lib/attnlab/attention/kernels.py), chosen from
 // a sweep on an H200: D = 64 (BM, BN, WARPS, STAGES) = (64, 64, 4, 3), 2-3 blocks/SM; D = 128
 // (128, 128, 8, 2), 1 block/SM, 128 KB; D = 32 (128, 64, 8, 3). The static reasoning: per block
 // and tile, 2*BN*D*2 bytes of K/V from L2 feed 4*BM*BN*D FLOPs (128 FLOP/B at BM = 128, ~2.7 TB/s
@@ -367,4 +367,4 @@ constexpr __host__ __device__ unsigned long long attn_tuned_smem_bytes(int D, in
     return (unsigned long long)(BM + 2 * STAGES * BN) * D * 2;
 }
 
-// Tiles per head dim: see the registry (lib/attnlab/attention.py) and the header above.
+// Tiles per head dim: see the registry (lib/attnlab/attention/kernels.py) and the header above.

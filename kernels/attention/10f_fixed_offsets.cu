@@ -352,4 +352,4 @@ constexpr __host__ __device__ unsigned long long attn_fixed_offsets_smem_bytes(i
     return (unsigned long long)(BM + 2 * STAGES * BN) * D * 2;
 }
 
-// Tiles per head dim: see the registry (lib/attnlab/attention.py).
+// Tiles per head dim: see the registry (lib/attnlab/attention/kernels.py).

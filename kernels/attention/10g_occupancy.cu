@@ -413,4 +413,4 @@ constexpr __host__ __device__ unsigned long long attn_occupancy_smem_bytes(int D
     return (unsigned long long)(BM + 2 * STAGES * BN) * D * 2;
 }
 
-// Tiles, MINB and QREG per head dim: see the registry (lib/attnlab/attention.py).
+// Tiles, MINB and QREG per head dim: see the registry (lib/attnlab/attention/kernels.py).

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .attention import get_kernel, get_spec, prepare_attention, run_attention
-from .reference import attention_flops, attention_fp64, attention_sdpa, rel_error
+from .attention.reference import attention_flops, attention_fp64, attention_sdpa, rel_error
 
 #: torch SDPA as a reference: its default choice, or one backend forced.
 SDPA_REFERENCES = ("sdpa", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient")

@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 from .attention import SEED_LADDER, SEED_TILED, get_spec
-# The NumPy model of the online softmax lives in models.py beside the naive one; the ladder
+# The NumPy model of the online softmax lives in attention/models.py beside the naive one; the ladder
 # notebooks reach it through this module.
-from .models import (SoftmaxState, empty_state, merge_states, softmax_attention,  # noqa: F401
-                     tile_state, tiled_online_softmax)
-from .reference import attention_flops
+from .attention.models import (SoftmaxState, empty_state, merge_states, softmax_attention,  # noqa: F401
+                               tile_state, tiled_online_softmax)
+from .attention.reference import attention_flops
 from .seed import SEED_TILES, seed_slowdown
 
 SDPA = "torch_sdpa"
@@ -583,7 +583,7 @@ def compare_with_naive(kernels: Sequence[str], shapes: Iterable[tuple[int, int, 
     import cupy as cp
 
     from .attention import run_attention
-    from .bench import random_qkv
+    from .attention.bench import random_qkv
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -606,7 +606,7 @@ def time_tile_scan(kernels: Sequence[str], D_list: Sequence[int], N: int, tile_r
     import cupy as cp
 
     from .attention import get_kernel, run_attention
-    from .bench import random_qkv
+    from .attention.bench import random_qkv
     from .timing import time_gpu
 
     rng = np.random.default_rng(seed)
@@ -638,7 +638,7 @@ def alignment_check(kernels: Sequence[str], D_list: Sequence[int], *, seed: int,
     import cupy as cp
 
     from .attention import get_spec, run_attention
-    from .reference import attention_fp64, rel_error
+    from .attention.reference import attention_fp64, rel_error
 
     rng = np.random.default_rng(seed)
     B, H, N = shape

@@ -59,7 +59,7 @@ def ridge_point(peak_flops: float, bandwidth: float) -> float:
 
 def attention_flops(B: int, H: int, N: int, D: int, causal: bool = False) -> float:
     """reference.attention_flops (4·B·H·N²·D) as a float; a causal mask halves it."""
-    from .reference import attention_flops as full
+    from .attention.reference import attention_flops as full
 
     f = float(full(B, H, N, D))
     return f / 2 if causal else f

@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import ladder, nb
 from .attention import SUPPORTED_HEAD_DIMS
-from .bench import EDGE_SHAPES, REL_ERR_FP64_MAX
+from .attention.bench import EDGE_SHAPES, REL_ERR_FP64_MAX
 from .env import Mode
 from .timing import timing_problems  # noqa: F401  (re-exported for the notebooks)
 
@@ -93,7 +93,7 @@ def correctness(step: Step, kernels: Sequence[str], vs_naive: bool = True) -> tu
     """Check ``kernels`` on every grid and edge shape (fresh inputs, NaN-poisoned outputs, float64 and
     SDPA beside), and, with ``vs_naive``, the largest |kernel − naive| on identical inputs. Shows a
     summary per (kernel, D) and every failing row. Returns (checks, vs_naive or None)."""
-    from .bench import check_kernel
+    from .attention.bench import check_kernel
 
     checks = step.record("correctness", lambda: pd.concat([check_kernel(k, step.check_shapes, seed=step.seed)
                                                            for k in kernels], ignore_index=True))
@@ -129,7 +129,7 @@ def timing(step: Step, kernels: Sequence[str], show: bool = True) -> tuple[pd.Da
     """Time ``kernels`` (this step's and the previous one, back to back on the same inputs) and torch
     SDPA over the grid; show the seed's section-7 layout per D, GTX 1660 Ti beside. Returns
     (the timing rows of the requested grid, their ladder table)."""
-    from .bench import time_grid
+    from .attention.bench import time_grid
 
     t = step.record("timing", lambda: time_grid(list(kernels), step.B, step.H, step.N_list, step.D_list,
                                                 budget_s=step.budget_s, seed=step.seed + 1))
@@ -257,7 +257,7 @@ def assemble(step: Step, timing: pd.DataFrame, earlier: Sequence[str]) -> tuple[
     from IPython.display import Markdown, display
 
     from . import results
-    from .bench import time_grid
+    from .attention.bench import time_grid
 
     owners = dict(OWNERS)
     profile = step.profile if step.mode.live else results.CANONICAL_PROFILE
@@ -381,7 +381,7 @@ def describe_bank_counters(rates: pd.DataFrame, tolerance_pct: float = BANK_TOLE
 def static(step: Step, kernels: Sequence[str], occupancy: bool = True) -> pd.DataFrame:
     """``nvcc -Xptxas -v`` of ``kernels`` at the launcher's tiles for each D of the step, for sm_75 and
     sm_90 (no GPU needed), with the occupancy calculator's columns; shown and returned."""
-    from .bench import static_resources
+    from .attention.bench import static_resources
 
     s = static_resources(list(kernels), step.D_list)
     s = ladder.with_occupancy(s) if occupancy else s
@@ -399,8 +399,8 @@ def online_model_check(seed: int, cases=ONLINE_CASES) -> pd.DataFrame:
     """Notebook 01's loop in NumPy (one key per step, fp32) against float64 and torch SDPA on the CPU."""
     import torch
 
-    from .models import online_softmax_attention
-    from .reference import attention_fp64, attention_sdpa, rel_error
+    from .attention.models import online_softmax_attention
+    from .attention.reference import attention_fp64, attention_sdpa, rel_error
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -416,7 +416,7 @@ def online_model_check(seed: int, cases=ONLINE_CASES) -> pd.DataFrame:
 def tiled_model_check(seed: int, cases=TILED_CASES) -> pd.DataFrame:
     """The tiled kernels' algorithm in NumPy: keys in tiles of TILE_KV, the online-softmax state carried
     from tile to tile, folded key by key in fp32 (the kernels' order) and tile by tile in float64."""
-    from .reference import attention_fp64, rel_error
+    from .attention.reference import attention_fp64, rel_error
 
     rng = np.random.default_rng(seed)
     rows = []

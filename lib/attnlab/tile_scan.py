@@ -161,9 +161,9 @@ def live_scan(configs, N_list, *, B: int, H: int, budget_s: float, seed: int, ch
     import cupy as cp
 
     from .attention import get_kernel, run_attention
-    from .bench import random_qkv
+    from .attention.bench import random_qkv
     from .occupancy import device_arch, driver_blocks, kernel_resources, occupancy
-    from .reference import attention_flops, attention_fp64, rel_error
+    from .attention.reference import attention_flops, attention_fp64, rel_error
     from .timing import time_gpu
 
     arch = device_arch()
@@ -318,7 +318,7 @@ def measure_gain(kernels, N_list, D_list, *, gpu: str, B: int, H: int, budget_s:
     import pandas as pd
     import cupy as cp
     from .attention import run_attention
-    from .bench import random_qkv
+    from .attention.bench import random_qkv
     from .timing import time_gpu
 
     plan = default_vs_tuned(kernels, D_list, gpu, tuned_dir, tuned_tiles)

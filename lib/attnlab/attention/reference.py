@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .arrays import float_view, max_abs_error, rel_error, to_numpy  # noqa: F401  (re-exported: the family's error measures)
+from ..arrays import float_view, max_abs_error, rel_error, to_numpy  # noqa: F401  (re-exported: the family's error measures)
 
 
 def default_scale(head_dim: int) -> float:

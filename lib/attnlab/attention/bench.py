@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .attention import get_kernel, get_spec, run_attention
+from .kernels import get_kernel, get_spec, run_attention
 from .reference import attention_flops, attention_fp64, attention_min_bytes, max_abs_error, rel_error
 
 #: Shapes (B, H, N) that break naive indexing: one row, N not a multiple of any tile,
@@ -91,7 +91,7 @@ def time_grid(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], D_l
     import torch
     import torch.nn.functional as F
 
-    from .timing import time_gpu
+    from ..timing import time_gpu
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -128,8 +128,8 @@ def static_resources(kernels: Sequence[str], head_dims: Sequence[int], archs: Se
     """Registers, static shared memory, spills and stack of each kernel per head dim and arch, from
     the static build (no GPU). ``tiles`` maps (kernel, D) -> (tile_rows, tile_kv); default tiles
     otherwise. The dynamic shared memory the launcher asks for is added as ``dynamic_smem_bytes``."""
-    from .attention import resolve_tiles
-    from .static import has_vector_global_loads, static_build
+    from .kernels import resolve_tiles
+    from ..static import has_vector_global_loads, static_build
 
     rows = []
     for name in kernels:
@@ -197,7 +197,7 @@ def plot_latency_vs_seed(timing: pd.DataFrame, gpu_label: str, title: str, kerne
     """Latency against N per D: ``kernel`` and torch SDPA (IQR bars), the seed's GTX 1660 Ti beside."""
     import matplotlib.pyplot as plt
 
-    from .seed import seed_latency
+    from ..seed import seed_latency
 
     Ds = sorted(set(timing["D"]))
     fig, axes = plt.subplots(1, len(Ds), figsize=(5 * len(Ds), 4), squeeze=False)

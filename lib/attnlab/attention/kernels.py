@@ -15,9 +15,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import tuned as tuned_store
-from .seed import SEED_TILES
-from .arrays import (BFLOAT16, FLOAT16, FLOAT32, array_kind, as_cupy, data_ptr, device_id, dtype_name,
+from .. import tuned as tuned_store
+from ..seed import SEED_TILES
+from ..arrays import (BFLOAT16, FLOAT16, FLOAT32, array_kind, as_cupy, data_ptr, device_id, dtype_name,
                      is_contiguous, require_device)
 
 SUPPORTED_HEAD_DIMS = (32, 64, 128)
@@ -603,7 +603,7 @@ def get_kernel(name: str, head_dim: int, tile_rows: int | None = None, tile_kv: 
                gpu: str | None = None, *, dtype: str = FLOAT32, causal: bool = False,
                params: Mapping[str, int] | None = None) -> LaunchPlan:
     """Compile (once) the kernel for this head dim and parameters, and say how to launch it."""
-    from .compile import load_kernel
+    from ..compile import load_kernel
 
     spec = get_spec(name)
     if causal and not spec.causal:
@@ -645,7 +645,7 @@ def get_kernel(name: str, head_dim: int, tile_rows: int | None = None, tile_kv: 
         slots, plain = 0, None
         if spec.stream_k:
             import cupy as cp
-            from .occupancy import driver_blocks
+            from ..occupancy import driver_blocks
             slots = driver_blocks(kernel, block, smem) * cp.cuda.Device().attributes["MultiProcessorCount"]
             if spec.plain_function and not causal:
                 plain = load(spec.plain_function)
@@ -666,7 +666,7 @@ def prepare_attention(name: str, q, k, v, tile_rows: int | None = None, tile_kv:
     B, H, N, D = validate_qkv(q, k, v, needs_alignment=spec.vector_loads, dtypes=spec.dtypes,
                               head_dims=spec.head_dims)
     if gpu == "auto":
-        from .env import device_name, gpu_slug
+        from ..env import device_name, gpu_slug
         gpu = gpu_slug(device_name())
     dtype = dtype_name(q)
     qc, kc, vc = as_cupy(q), as_cupy(k), as_cupy(v)
@@ -690,7 +690,7 @@ def prepare_attention(name: str, q, k, v, tile_rows: int | None = None, tile_kv:
         raise ValueError(f"B*H*N too large for this kernel's grid {grid} (limits: x <= {MAX_GRID_X}, y <= 65535)")
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if spec.tma:
-        from .tma import tensor_map_3d
+        from ..tma import tensor_map_3d
         p = plan.params
         qkv = [tensor_map_3d(data_ptr(a), dtype, B * H, N, D, rows)
                for a, rows in ((qc, p["BM"]), (kc, p["BN"]), (vc, p["BN"]))]
