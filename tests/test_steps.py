@@ -252,3 +252,28 @@ def test_no_module_sniffs_array_types_but_arrays():
     sniff = re.compile(r"__module__\)?\.startswith\(")
     offenders = [str(p.relative_to(lib)) for p in lib.rglob("*.py") if p.name != "arrays.py" and sniff.search(p.read_text())]
     assert not offenders, offenders
+
+
+def test_time_grid_times_every_kernel_on_the_same_fresh_inputs(monkeypatch):
+    """The seed ladder's timing loop on the CPU: fresh inputs per (D, N) from one seeded generator,
+    shared by every kernel and SDPA of that point; one tidy row each, in grid order."""
+    import types
+
+    from attnlab import timing
+    from attnlab.attention import bench as ab
+
+    monkeypatch.setattr(ab, "random_qkv", lambda B, H, N, D, rng: tuple(
+        rng.standard_normal((B, H, N, D)).astype(np.float32) for _ in range(3)))
+    seen = []
+    monkeypatch.setattr(ab, "run_attention", lambda name, q, k, v, *a, out=None, gpu=None: seen.append((name, q, out)))
+    spec = types.SimpleNamespace(tiled=False)
+    monkeypatch.setattr(ab, "get_kernel", lambda *a: types.SimpleNamespace(spec=spec, tile_rows=0, tile_kv=0,
+                                                                          tiles_from="untiled"))
+    monkeypatch.setattr(timing, "time_gpu", lambda fn, budget_s: (fn(), timing.summarize([1.0, 1.0, 1.0]))[1])
+    t = ab.time_grid(["naive", "tiled"], 1, 2, [3, 5], [32], budget_s=0.1, seed=7)
+    assert list(zip(t["kernel"], t["N"])) == [("naive", 3), ("tiled", 3), ("torch_sdpa", 3),
+                                              ("naive", 5), ("tiled", 5), ("torch_sdpa", 5)]
+    assert seen[0][1] is seen[1][1] and seen[0][2] is seen[1][2] and seen[2][1] is not seen[0][1]
+    again = [d[2] for d in ab.fresh_inputs(1, 2, [3, 5], [32], 7)]   # q of each point
+    assert np.array_equal(again[0], seen[0][1]) and np.array_equal(again[1], seen[2][1])   # reproducible
+    assert timing_problems(t).empty

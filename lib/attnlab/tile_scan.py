@@ -316,34 +316,29 @@ def measure_gain(kernels, N_list, D_list, *, gpu: str, B: int, H: int, budget_s:
     Where both are the same tile it is timed once and the gain is exactly 1."""
     import numpy as np
     import pandas as pd
-    import cupy as cp
     from .attention import run_attention
-    from .attention.bench import random_qkv
+    from .attention.bench import fresh_inputs
     from .timing import time_gpu
 
     plan = default_vs_tuned(kernels, D_list, gpu, tuned_dir, tuned_tiles)
-    rng = np.random.default_rng(seed)
     rows = []
-    for D in D_list:
-        for N in N_list:
-            q, k, v = random_qkv(B, H, N, D, rng)
-            out = cp.empty_like(q)
-            for r in plan[plan["D"] == D].itertuples():
-                tiles = {"default": (int(r.default_rows), int(r.default_kv))}
-                if r.tuned_rows is not None and not pd.isna(r.tuned_rows):
-                    tiles["tuned"] = (int(r.tuned_rows), int(r.tuned_kv))
-                ms = {}
-                for which, (tr, kv) in tiles.items():
-                    if which == "tuned" and (tr, kv) == tiles["default"]:
-                        ms["tuned"] = ms["default"]
-                        continue
-                    t = time_gpu(lambda: run_attention(r.kernel, q, k, v, tr, kv, out=out), budget_s=budget_s)
-                    ms[which] = t.median_ms
-                rows.append({"kernel": r.kernel, "B": B, "H": H, "N": N, "D": D,
-                             "default_tiles": f"{tiles['default'][0]}x{tiles['default'][1]}",
-                             "tuned_tiles": f"{tiles['tuned'][0]}x{tiles['tuned'][1]}" if "tuned" in tiles else "",
-                             "default_ms": ms["default"], "tuned_ms": ms.get("tuned", np.nan)})
-            del q, k, v, out
+    for D, N, q, k, v, out in fresh_inputs(B, H, N_list, D_list, seed):   # default and tuned on the same inputs
+        for r in plan[plan["D"] == D].itertuples():
+            tiles = {"default": (int(r.default_rows), int(r.default_kv))}
+            if r.tuned_rows is not None and not pd.isna(r.tuned_rows):
+                tiles["tuned"] = (int(r.tuned_rows), int(r.tuned_kv))
+            ms = {}
+            for which, (tr, kv) in tiles.items():
+                if which == "tuned" and (tr, kv) == tiles["default"]:
+                    ms["tuned"] = ms["default"]
+                    continue
+                t = time_gpu(lambda: run_attention(r.kernel, q, k, v, tr, kv, out=out), budget_s=budget_s)
+                ms[which] = t.median_ms
+            rows.append({"kernel": r.kernel, "B": B, "H": H, "N": N, "D": D,
+                         "default_tiles": f"{tiles['default'][0]}x{tiles['default'][1]}",
+                         "tuned_tiles": f"{tiles['tuned'][0]}x{tiles['tuned'][1]}" if "tuned" in tiles else "",
+                         "default_ms": ms["default"], "tuned_ms": ms.get("tuned", np.nan)})
+        del q, k, v, out
     df = pd.DataFrame(rows)
     df["gain"] = df["default_ms"] / df["tuned_ms"]
     return df

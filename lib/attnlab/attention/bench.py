@@ -32,6 +32,18 @@ def random_qkv(B: int, H: int, N: int, D: int, rng: np.random.Generator):
     return tuple(cp.asarray(rng.standard_normal((B, H, N, D), dtype=np.float32)) for _ in range(3))
 
 
+def fresh_inputs(B: int, H: int, N_list: Sequence[int], D_list: Sequence[int], seed: int):
+    """Fresh random q, k, v and an output buffer for every (D, N) of a grid (D outer), from one
+    seeded generator: the inputs every kernel timed at that point shares."""
+    from ..arrays import array_module
+
+    rng = np.random.default_rng(seed)
+    for D in D_list:
+        for N in N_list:
+            q, k, v = random_qkv(B, H, N, D, rng)
+            yield D, N, q, k, v, array_module(q).empty_like(q)
+
+
 def check_kernel(name: str, shapes: Iterable[tuple[int, int, int, int]], *, seed: int,
                  tile_rows: int | None = None, tile_kv: int | None = None,
                  gpu: str | None = None) -> pd.DataFrame:
@@ -87,30 +99,25 @@ def time_grid(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], D_l
     in clocks or temperature touches every column of a row alike. ``tiles`` maps
     (kernel, D) -> (tile_rows, tile_kv) to override the defaults.
     """
-    import cupy as cp
     import torch
     import torch.nn.functional as F
 
     from ..timing import time_gpu
 
-    rng = np.random.default_rng(seed)
     rows = []
-    for D in D_list:
-        for N in N_list:
-            q, k, v = random_qkv(B, H, N, D, rng)
-            out = cp.empty_like(q)
-            for name in kernels:
-                tr, tkv = (tiles or {}).get((name, D), (None, None))
-                plan = get_kernel(name, D, tr, tkv, gpu)
-                t = time_gpu(lambda: run_attention(name, q, k, v, plan.tile_rows if plan.spec.tiled else None,
-                                                   plan.tile_kv if plan.spec.tiled else None, out=out, gpu=gpu),
-                             budget_s=budget_s)
-                rows.append(_timing_row(name, B, H, N, D, plan.tile_rows if plan.spec.tiled else 0,
-                                        plan.tile_kv if plan.spec.tiled else 0, plan.tiles_from, t))
-            if include_sdpa:
-                qt, kt, vt = (torch.from_dlpack(a) for a in (q, k, v))
-                t = time_gpu(lambda: F.scaled_dot_product_attention(qt, kt, vt), budget_s=budget_s)
-                rows.append(_timing_row(SDPA, B, H, N, D, 0, 0, "library", t))
+    for D, N, q, k, v, out in fresh_inputs(B, H, N_list, D_list, seed):   # every kernel on the same inputs
+        for name in kernels:
+            tr, tkv = (tiles or {}).get((name, D), (None, None))
+            plan = get_kernel(name, D, tr, tkv, gpu)
+            t = time_gpu(lambda: run_attention(name, q, k, v, plan.tile_rows if plan.spec.tiled else None,
+                                               plan.tile_kv if plan.spec.tiled else None, out=out, gpu=gpu),
+                         budget_s=budget_s)
+            rows.append(_timing_row(name, B, H, N, D, plan.tile_rows if plan.spec.tiled else 0,
+                                    plan.tile_kv if plan.spec.tiled else 0, plan.tiles_from, t))
+        if include_sdpa:
+            qt, kt, vt = (torch.from_dlpack(a) for a in (q, k, v))
+            t = time_gpu(lambda: F.scaled_dot_product_attention(qt, kt, vt), budget_s=budget_s)
+            rows.append(_timing_row(SDPA, B, H, N, D, 0, 0, "library", t))
     return pd.DataFrame(rows)
 
 
