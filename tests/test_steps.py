@@ -277,3 +277,10 @@ def test_time_grid_times_every_kernel_on_the_same_fresh_inputs(monkeypatch):
     again = [d[2] for d in ab.fresh_inputs(1, 2, [3, 5], [32], 7)]   # q of each point
     assert np.array_equal(again[0], seen[0][1]) and np.array_equal(again[1], seen[2][1])   # reproducible
     assert timing_problems(t).empty
+
+
+@pytest.mark.parametrize("v, shown", [(310.0, "310"), (3153408.0, "3,153,408"), (4.355092, "4.355"), (0.6387, "0.6387"),
+                                      (1.506e-06, "1.51e-06"), (12345.6, "12346"), (2.5e7 + 0.5, "25,000,000"),
+                                      (float("nan"), "nan")])
+def test_table_numbers_are_formatted_by_kind(v, shown):
+    assert nb.format_number(v) == shown

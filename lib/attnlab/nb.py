@@ -85,9 +85,34 @@ def headline(**figures: Any) -> None:
 
 # ---------------------------------------------------------------- record or replay
 
+def format_number(v: float) -> str:
+    """How a table cell shows a float: whole numbers without '.0' (counts, bytes: thousands
+    separated), ratios and times to four significant figures without an exponent, only tiny
+    values (errors) in scientific notation."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return str(v)
+    if float(v).is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}" if abs(v) >= 1e5 else str(int(v))
+    if abs(v) >= 1e5:
+        return f"{v:,.0f}"
+    if abs(v) >= 1e-3:
+        return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.0f}"
+    return f"{v:.3g}"
+
+
+def display_options() -> None:
+    """pandas' display set for reading: numbers by :func:`format_number`, text cells never cut, up to
+    200 rows (longer tables are summarised by the notebooks, the full CSV is in data/results)."""
+    pd.set_option("display.float_format", format_number)
+    pd.set_option("display.max_colwidth", None)
+    pd.set_option("display.max_rows", 200)
+    pd.set_option("display.max_columns", 60)
+
+
 def start(mode: str, gpu: str) -> Mode:
     """A notebook's first call: check the mode parameter, resolve live/replay, show the banner."""
     require_choice("mode", mode, ("auto", "live", "replay"))
+    display_options()
     resolved = resolve_mode(mode, gpu)
     print(resolved)
     banner(resolved)
