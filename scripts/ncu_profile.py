@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
-from attnlab import ncu  # noqa: E402
+from attnlab import ncu, roofline  # noqa: E402
 
 NOTEBOOK, TABLE = "06_roofline", "ncu"
 
@@ -320,7 +320,7 @@ def flash_worker(plan_path: Path, manifest_path: Path, seed: int) -> int:
 # ------------------------------------------------------------------------------------ driver
 
 def driver(args) -> int:
-    plan = ncu.build_plan(args.profile)
+    plan = roofline.ncu_plan(args.profile)
     exe = ncu.ncu_path()
     if args.dry_run:
         say(f"plan: {len(plan)} calls")

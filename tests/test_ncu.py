@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnlab import ncu
+from attnlab import ncu, roofline
 
 # Base units (--print-units base), as scripts/ncu_profile.py asks for them. Launch 0 is the
 # naive kernel, 1 the marker, 2-3 two kernels of one torch SDPA call, 4 the marker.
@@ -146,7 +146,7 @@ def test_no_table_raises_with_reason():
 
 
 def test_plan():
-    full = ncu.build_plan("full")
+    full = roofline.ncu_plan("full")
     keys = [(e["kernel"], e["N"], e["D"]) for e in full]
     assert len(keys) == len(set(keys))
     assert sum(e["kernel"] == "torch_sdpa" for e in full) == 3
@@ -155,10 +155,10 @@ def test_plan():
     assert sweep == [256, 512, 1024, 2048, 4096, 8192, 16384]
     assert (full[-1]["kernel"], full[-1]["N"]) == ("naive", 16384)      # slowest launch last
     assert all(e["B"] == 2 and e["H"] == 8 for e in full)
-    quick = ncu.build_plan("quick")
+    quick = roofline.ncu_plan("quick")
     assert len(quick) < len(full) / 3
     with pytest.raises(ValueError):
-        ncu.build_plan("huge")
+        roofline.ncu_plan("huge")
 
 
 def test_assemble_and_wide():
@@ -278,10 +278,10 @@ def test_cli_dry_run_prints_the_flash_plan(capsys):
 def test_cli_default_is_still_notebook_06(capsys):
     assert script.main(["--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert f"plan: {len(ncu.build_plan('full'))} calls" in out
+    assert f"plan: {len(roofline.ncu_plan('full'))} calls" in out
     assert "--metrics " + ",".join(ncu.METRICS) in out and "--notebook" not in out
     assert script.main(["--notebook", "06_roofline", "--profile", "quick", "--dry-run"]) == 0
-    assert f"plan: {len(ncu.build_plan('quick'))} calls" in capsys.readouterr().out
+    assert f"plan: {len(roofline.ncu_plan('quick'))} calls" in capsys.readouterr().out
 
 
 def test_cli_rejects_bad_arguments(capsys):

@@ -13,7 +13,8 @@ template_args, block_size, grid_size, metric, unit, value`` with units normalise
 ``%`` and plain counts (``""``, inst, sector, warp, cycle ...).
 
 ``scripts/ncu_profile.py`` drives a whole profiling run; notebooks read its recorded table.
-Notebook 06 reads ``06_roofline__ncu`` (:data:`METRICS`, :func:`build_plan`, :func:`counters_wide`);
+Notebook 06 reads ``06_roofline__ncu`` (:data:`METRICS`, :func:`counters_wide`; its plan is the study's,
+:func:`attnlab.roofline.ncu_plan`);
 the flash notebooks 08-10 read ``<notebook>__ncu`` (:func:`flash_metrics`: tensor and FMA pipes,
 issue slots, occupancy, shared-memory bank conflicts, stall reasons) through
 :func:`flash_counters`, which runs the script when asked and returns :func:`flash_summary`.
@@ -361,43 +362,8 @@ def diagnose(output: str, returncode: int | None = None) -> str | None:
 #: the marker kernel launched (in its own profiling window) after each measured call
 MARKER_SOURCE = "bench/01_fma_peak.cu"
 MARKER_FUNCTION = "fma_peak_config"
-PLAN_KERNELS = ("naive", "tiled", "vec_load", "vec_padded", "double_buffer")
 SDPA_LABEL = "torch_sdpa"
 LABEL_COLUMNS = ["kernel", "B", "H", "N", "D", "tile_rows", "tile_kv", "purpose"]
-
-
-def build_plan(profile: str = "full", B: int = 2, H: int = 8) -> list[dict]:
-    """What the worker launches, once each, in order.
-
-    * ``grid``: every ladder kernel at its default tile for D in {32, 64, 128}, N in {512, 4096};
-    * ``l2_sweep``: the naive kernel at D=64 for N from 256 to 16384 (its K+V for all heads
-      grows from 2 MB to 134 MB, past the H200's 60 MB L2) — the seed's L2 question;
-    * ``sdpa``: torch SDPA fp32 once per D at N=4096.
-    The naive kernel's largest N goes last: it is the slowest launch under instrumentation.
-    ``quick`` keeps a subset for a fast check.
-    """
-    if profile not in ("full", "quick"):
-        raise ValueError(f"profile must be 'full' or 'quick', got {profile!r}")
-    quick = profile == "quick"
-    kernels = ("naive", "vec_padded") if quick else PLAN_KERNELS
-    ds = (64,) if quick else (32, 64, 128)
-    ns = (512, 4096)
-    sweep = (1024, 4096, 16384) if quick else (256, 512, 1024, 2048, 4096, 8192, 16384)
-    plan: dict[tuple, dict] = {}
-    for k in kernels:
-        for d in ds:
-            for n in ns:
-                plan[(k, n, d)] = {"kernel": k, "B": B, "H": H, "N": n, "D": d, "purpose": "grid"}
-    for n in sweep:
-        key = ("naive", n, 64)
-        if key in plan:
-            plan[key]["purpose"] = "grid+l2_sweep"
-        else:
-            plan[key] = {"kernel": "naive", "B": B, "H": H, "N": n, "D": 64, "purpose": "l2_sweep"}
-    for d in ds:
-        plan[(SDPA_LABEL, 4096, d)] = {"kernel": SDPA_LABEL, "B": B, "H": H, "N": 4096, "D": d, "purpose": "sdpa"}
-    entries = sorted(plan.values(), key=lambda e: (e["kernel"] == "naive" and e["N"] == max(sweep),))
-    return entries
 
 
 def assemble(tidy, manifest: Sequence[dict], marker_function: str = MARKER_FUNCTION,

@@ -27,7 +27,8 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from . import paths
-from .attention import SEED_TILED
+from . import ncu
+from .attention import SEED_LADDER, SEED_TILED
 
 BYTES_FP32 = 4
 
@@ -525,6 +526,41 @@ def l2_sweep(mvm, l2_bytes: float):
     l2q = l2_question(mvm, l2_bytes)
     D = l2q["D"].value_counts().idxmax()
     return l2q, l2q[l2q["D"] == D].sort_values("N").reset_index(drop=True)
+
+
+#: what scripts/ncu_profile.py launches for notebook 06, once each, in order
+def ncu_plan(profile: str = "full", B: int = 2, H: int = 8) -> list[dict]:
+    """What the worker launches, once each, in order.
+
+    * ``grid``: every seed-ladder kernel (the registry's :data:`SEED_LADDER`) at its default tile for D in {32, 64, 128}, N in {512, 4096};
+    * ``l2_sweep``: the naive kernel at D=64 for N from 256 to 16384 (its K+V for all heads
+      grows from 2 MB to 134 MB, past the H200's 60 MB L2) — the seed's L2 question;
+    * ``sdpa``: torch SDPA fp32 once per D at N=4096.
+    The naive kernel's largest N goes last: it is the slowest launch under instrumentation.
+    ``quick`` keeps a subset for a fast check.
+    """
+    if profile not in ("full", "quick"):
+        raise ValueError(f"profile must be 'full' or 'quick', got {profile!r}")
+    quick = profile == "quick"
+    kernels = ("naive", "vec_padded") if quick else SEED_LADDER
+    ds = (64,) if quick else (32, 64, 128)
+    ns = (512, 4096)
+    sweep = (1024, 4096, 16384) if quick else (256, 512, 1024, 2048, 4096, 8192, 16384)
+    plan: dict[tuple, dict] = {}
+    for k in kernels:
+        for d in ds:
+            for n in ns:
+                plan[(k, n, d)] = {"kernel": k, "B": B, "H": H, "N": n, "D": d, "purpose": "grid"}
+    for n in sweep:
+        key = ("naive", n, 64)
+        if key in plan:
+            plan[key]["purpose"] = "grid+l2_sweep"
+        else:
+            plan[key] = {"kernel": "naive", "B": B, "H": H, "N": n, "D": 64, "purpose": "l2_sweep"}
+    for d in ds:
+        plan[(ncu.SDPA_LABEL, 4096, d)] = {"kernel": ncu.SDPA_LABEL, "B": B, "H": H, "N": 4096, "D": d, "purpose": "sdpa"}
+    entries = sorted(plan.values(), key=lambda e: (e["kernel"] == "naive" and e["N"] == max(sweep),))
+    return entries
 
 
 #: the tables notebook 06 places under its roof: the seed ladder's notebooks (01–05); later notebooks
