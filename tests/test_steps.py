@@ -67,16 +67,33 @@ def test_parameter_checks_name_the_parameter():
             call()
 
 
-def test_record_or_replay_many_records_every_table_live(monkeypatch):
-    saved = []
-    monkeypatch.setattr(nb.results, "save_table", lambda df, n, t, mode, profile: saved.append((n, t, profile, len(df))))
+def _fake_store(monkeypatch):
+    """results.save_table/load_table on a dict: saving stamps a provenance column, as the real one does."""
+    store = {}
+    monkeypatch.setattr(nb.results, "save_table", lambda df, n, t, mode, profile: store.__setitem__(
+        (n, t, profile), df.assign(gpu_name=mode.gpu_name)))
+    monkeypatch.setattr(nb.results, "load_table", lambda n, t, gpu, profile="full": store[(n, t, profile)].copy())
     monkeypatch.setattr(nb, "banner", lambda *a, **k: None)
+    return store
+
+
+def test_record_or_replay_many_records_every_table_live(monkeypatch):
+    store = _fake_store(monkeypatch)
     frames = nb.record_or_replay_many(lambda: {"a": pd.DataFrame({"x": [1]}), "b": pd.DataFrame({"x": [1, 2]})},
                                       "05_occupancy_scan", ["a", "b"], LIVE, "quick")
-    assert saved == [("05_occupancy_scan", "a", "quick", 1), ("05_occupancy_scan", "b", "quick", 2)]
-    assert list(frames) == ["a", "b"]
+    assert sorted(store) == [("05_occupancy_scan", "a", "quick"), ("05_occupancy_scan", "b", "quick")]
+    assert list(frames) == ["a", "b"] and len(frames["b"]) == 2
+    assert (frames["a"]["gpu_name"] == LIVE.gpu_name).all()     # what was saved, as a replay would load it
     with pytest.raises(ValueError, match="no table"):
         nb.record_or_replay_many(lambda: {"a": pd.DataFrame({"x": [1]})}, "05_occupancy_scan", ["a", "b"], LIVE)
+
+
+def test_a_live_table_is_read_back_as_recorded(monkeypatch):
+    """Live, a notebook gets the recorded frame (provenance columns included), not the bare measurement:
+    a cell that reads gpu_name works live as it does in replay (notebook 08 once failed live on that)."""
+    _fake_store(monkeypatch)
+    df = nb.record_or_replay(lambda: pd.DataFrame({"x": [1.0]}), "08_register_tiling", "ceilings", LIVE, "quick")
+    assert df["gpu_name"].tolist() == [LIVE.gpu_name]
 
 
 def test_record_or_replay_many_loads_the_recorded_tables(monkeypatch):

@@ -120,11 +120,12 @@ def start(mode: str, gpu: str) -> Mode:
 def record_or_replay(compute, notebook: str, table: str, mode: Mode,
                      profile: str = results.CANONICAL_PROFILE) -> pd.DataFrame:
     """The one way a notebook gets a GPU table: live, ``compute()`` measures it now and it is recorded
-    with provenance (atomically); in replay the recorded table of ``mode.gpu`` is loaded. Either way
-    the banner beside it says where the figures come from."""
+    with provenance (atomically) and read back, so a live run sees exactly the frame a replay will
+    (provenance columns, CSV dtypes); in replay the recorded table of ``mode.gpu`` is loaded. Either
+    way the banner beside it says where the figures come from."""
     if mode.live:
-        df = compute()
-        results.save_table(df, notebook, table, mode, profile)
+        results.save_table(compute(), notebook, table, mode, profile)
+        df = results.load_table(notebook, table, mode.gpu, profile)
         banner(mode)
     else:
         df = results.load_table(notebook, table, mode.gpu)
@@ -144,7 +145,7 @@ def record_or_replay_many(compute, notebook: str, tables: Sequence[str], mode: M
         for t in tables:
             results.save_table(frames[t], notebook, t, mode, profile)
         banner(mode)
-        return {t: frames[t] for t in tables}
+        return {t: results.load_table(notebook, t, mode.gpu, profile) for t in tables}   # as a replay sees them
     frames = {t: results.load_table(notebook, t, mode.gpu) for t in tables}
     banner(mode, results.describe_provenance(frames[tables[0]]))
     return frames
