@@ -2,11 +2,26 @@
 # How the recorded GPU runs are made on the lent H200 (no network there): install the Jupyter
 # stack from carried wheels, run the given command, and pack results + reports into $OUT.
 #   bash scripts/device_run.sh python -m attnlab.report --profile full
+#
+# Compile caches: each lent machine starts bare, so the lab's cache root (CuPy's and the arch-specific
+# NVRTC cubins, Triton's kernels and autotuning results: attnlab.paths.use_persistent_caches) is kept
+# in .devcache/ of the working tree. Carry it (`carry: [".devcache"]`) to start warm, as a second run on
+# one machine would; after the run it is packed into $OUT/devcache.tgz (unpack it into the checkout to
+# carry it next time).
+# ATTNLAB_DEVICE_TIMEOUT=S stops the command after S seconds (SIGINT: the report runner records what
+# finished), so the results are still packed before the call's own limit.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/lib PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH JUPYTER_PATH=/tmp/site/share/jupyter
+export ATTNLAB_CACHE_DIR=${ATTNLAB_CACHE_DIR:-$PWD/.devcache}
+mkdir -p "$ATTNLAB_CACHE_DIR"
+echo "compile caches: $ATTNLAB_CACHE_DIR ($(find "$ATTNLAB_CACHE_DIR" -type f | wc -l) files at the start)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
-"$@" 2>&1 | grep -v "running over TCP without encryption" | tee "${OUT:-/tmp}/log.txt"
+guard=()
+if [ -n "${ATTNLAB_DEVICE_TIMEOUT:-}" ]; then guard=(timeout --signal=INT --kill-after=30 "$ATTNLAB_DEVICE_TIMEOUT"); fi
+${guard[@]+"${guard[@]}"} "$@" 2>&1 | grep -v "running over TCP without encryption" | tee "${OUT:-/tmp}/log.txt"
 rc=${PIPESTATUS[0]}
 tar czf "${OUT:-/tmp}/results.tgz" data/results data/tuned reports 2>/dev/null
+tar czf "${OUT:-/tmp}/devcache.tgz" -C "$(dirname "$ATTNLAB_CACHE_DIR")" "$(basename "$ATTNLAB_CACHE_DIR")" 2>/dev/null
+ls -l "${OUT:-/tmp}"/*.tgz
 exit $rc

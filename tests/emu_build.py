@@ -29,8 +29,9 @@ SOURCES = ("kernels", "tests/ladder_emu", "tests/delta_emu", "tests/sanitize", "
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("ATTNLAB_CACHE_DIR") or Path.home() / ".cache" / "attnlab"
-    return Path(root) / "emu"
+    from attnlab.paths import cache_dir as lab_cache
+
+    return lab_cache("emu")
 
 
 def enabled() -> bool:

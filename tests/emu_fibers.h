@@ -50,6 +50,18 @@ struct EmuFiber {
     bool done = false;
     unsigned index = 0;
     void* user = nullptr;          // the model's per-thread state (threadIdx, ...)
+    // While the thread waits for a barrier generation to turn (emu_wait_while): the generation
+    // counter and the value it must leave. The scheduler reads it and passes the thread over without
+    // switching to it, which would only see the same value and yield again. A pure shortcut: who
+    // runs, and in which order, is what switching to the thread would give.
+    const void* wait_on = nullptr;
+    unsigned long wait_token = 0;
+    bool wait_wide = false;        // the counter is an unsigned long (else an unsigned)
+    bool waiting() const {
+        if (!wait_on) return false;
+        return wait_wide ? *static_cast<const volatile unsigned long*>(wait_on) == wait_token
+                         : *static_cast<const volatile unsigned*>(wait_on) == static_cast<unsigned>(wait_token);
+    }
 };
 
 static std::vector<EmuFiber> emu_fibers;
@@ -60,6 +72,7 @@ static ucontext_t emu_sched_ctx;
 #endif
 static const std::function<void(unsigned)>* emu_fiber_body = nullptr;
 static unsigned long emu_fiber_progress = 0;     // arrivals and thread exits, for deadlock detection
+static unsigned long emu_fiber_switches = 0;     // switches from the scheduler into a thread
 #if EMU_FIBER_ASAN
 static const void* emu_sched_stack_bottom = nullptr;
 static size_t emu_sched_stack_size = 0;
@@ -101,6 +114,21 @@ static void emu_fiber_switch_to_sched(bool finishing) {
 
 // From inside a CUDA thread: let the other threads run.
 static inline void emu_yield() { emu_fiber_switch_to_sched(false); }
+
+// From inside a CUDA thread: yield until *gen no longer equals token (a barrier's generation turning).
+template <class G>
+static inline void emu_wait_while(const G* gen, G token) {
+    static_assert(sizeof(G) == sizeof(unsigned long) || sizeof(G) == sizeof(unsigned), "a generation counter");
+    EmuFiber* f = emu_fiber_cur;
+    if (f == nullptr) { std::fprintf(stderr, "emu_wait_while: a wait outside a CUDA thread\n"); std::abort(); }
+    while (*static_cast<const volatile G*>(gen) == token) {
+        f->wait_on = gen;
+        f->wait_token = static_cast<unsigned long>(token);
+        f->wait_wide = sizeof(G) == sizeof(unsigned long);
+        emu_yield();
+        f->wait_on = nullptr;
+    }
+}
 
 static void emu_fiber_entry() {
 #if EMU_FIBER_ASAN
@@ -155,6 +183,7 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
         f.done = false;
         f.index = i;
         f.user = users[i];
+        f.wait_on = nullptr;
         emu_fiber_prepare(f);
     }
     static const bool eager = [] {
@@ -164,12 +193,13 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
     unsigned live = n;
     while (live > 0) {
         const unsigned long before = emu_fiber_progress;
-        bool ran_new = false;
         for (unsigned i = 0; i < n; ++i) {
             EmuFiber& f = emu_fibers[i];
             if (f.done) continue;
             if (eager && emu_fiber_progress != before) break;   // someone lower may go on now: from fiber 0 again
+            if (f.waiting()) continue;                          // its barrier has not turned: it would only yield
             emu_fiber_cur = &f;
+            ++emu_fiber_switches;
 #if EMU_FIBER_ASAN
             void* fake = nullptr;
             __sanitizer_start_switch_fiber(&fake, f.stack, EMU_FIBER_STACK);
@@ -184,9 +214,9 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
 #endif
             emu_fiber_cur = nullptr;
             if (f.done) --live;
-            ran_new = true;
         }
-        if (live > 0 && emu_fiber_progress == before && ran_new) {
+        // a whole pass (an eager pass only ends early after progress) in which nobody moved
+        if (live > 0 && emu_fiber_progress == before) {
             std::fprintf(stderr, "deadlock: %u of %u threads wait at barriers that can no longer turn "
                                  "(a missing arrival, or a barrier in a branch some threads skip)\n", live, n);
             std::abort();
@@ -208,8 +238,6 @@ struct EmuBarrier {
         if (++count == n) { count = 0; ++gen; }
         return g;
     }
-    void wait(unsigned long token) const {
-        while (gen == token) emu_yield();
-    }
+    void wait(unsigned long token) const { emu_wait_while(&gen, token); }
     void arrive_and_wait() { wait(arrive()); }
 };

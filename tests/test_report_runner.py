@@ -560,3 +560,57 @@ def test_staging_maps_only_data_and_promotes_atomically(tmp_path, monkeypatch):
     paths.write_atomic(paths.staged(inside), "new")
     assert paths.readable(inside) == stage / "tuned" / "g.json"
     assert paths.promote(stage) == [inside] and inside.read_text() == "new" and not stage.exists()
+
+
+# ---------------------------------------------------------------- compile caches across processes
+
+def test_compile_caches_live_under_the_lab_cache_root_unless_set(tmp_path, monkeypatch):
+    for var in ("CUPY_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path))
+    chosen = paths.use_persistent_caches()
+    assert chosen == {"CUPY_CACHE_DIR": str(tmp_path / "cupy"), "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+                      "TRITON_CACHE_AUTOTUNING": "1"}
+    assert all(os.environ[k] == v for k, v in chosen.items())
+    # what a user set stays, including turning Triton's autotuning cache off
+    monkeypatch.setenv("CUPY_CACHE_DIR", "/elsewhere/cupy")
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    assert paths.use_persistent_caches() == {"TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    assert os.environ["CUPY_CACHE_DIR"] == "/elsewhere/cupy" and os.environ["TRITON_CACHE_AUTOTUNING"] == "0"
+
+
+def test_importing_the_lab_sets_the_caches_for_every_process_it_starts():
+    code = "import os, attnlab; print(os.environ['CUPY_CACHE_DIR'], os.environ['TRITON_CACHE_AUTOTUNING'])"
+    env = {k: v for k, v in os.environ.items() if k not in ("CUPY_CACHE_DIR", "TRITON_CACHE_AUTOTUNING")}
+    env["ATTNLAB_CACHE_DIR"] = "/some/root"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == ["/some/root/cupy", "1"]
+
+
+def test_the_runner_counts_what_a_notebook_added_to_the_caches(lab, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "cache" / "cupy"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache" / "triton"))
+    cupy = tmp_path / "cache" / "cupy"
+    cupy.mkdir(parents=True)
+    (cupy / "old.cubin").write_bytes(b"x")
+    compiled = {"n": 2}
+
+    def compiling(path, output, params, timeout):
+        for i in range(compiled["n"]):
+            (cupy / f"{path.stem}-{i}.cubin").write_bytes(b"x")
+        (tmp_path / "cache" / "triton" / f"{path.stem}-kernel").mkdir(parents=True, exist_ok=True)
+        nbformat.write(_executed({"outcome": "pass"}), output)
+
+    monkeypatch.setattr(report, "execute_notebook", compiling)
+    assert report.main(["--only", "01"]) == 0
+    run = json.loads((tmp_path / "gpu-x" / "runs.json").read_text())[0]
+    assert run["new_builds"] == 3
+    assert "(3 new cache entries)" in (tmp_path / "gpu-x" / "README.md").read_text()
+    compiled["n"] = 0   # the same notebook again: everything it builds is there already
+    monkeypatch.setattr(report, "execute_notebook",
+                        lambda path, output, params, timeout: nbformat.write(_executed({"outcome": "pass"}), output))
+    assert report.main(["--only", "01"]) == 0
+    assert json.loads((tmp_path / "gpu-x" / "runs.json").read_text())[0]["new_builds"] == 0
+    assert "(all from cache)" in (tmp_path / "gpu-x" / "README.md").read_text()

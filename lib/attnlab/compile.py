@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .paths import KERNELS_DIR, write_atomic
+from .paths import KERNELS_DIR, cache_dir, write_atomic
 
 CXX_STANDARD = "-std=c++17"
 
@@ -175,12 +175,18 @@ def _load_arch_specific(path: Path, source, expression: str, options: tuple[str,
     """NVRTC straight (CuPy's compiler always appends its own ``-arch=sm_XY``, and an ``a`` target
     cannot be named through it): cubin for ``arch``, written to a private cache file and loaded
     with ``cupy.RawModule(path=...)``."""
-    import os
-
     import cupy as cp
     from cupy_backends.cuda.libs import nvrtc
 
     opts = (*options, f"--gpu-architecture={arch}")
+    # One cubin per build, kept across processes (CuPy loads a path module lazily, per device, so the
+    # file must stay): a second process with the same source, expression and options compiles nothing.
+    key = (source_fingerprint(path), expression, opts, nvrtc.getVersion())
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+    cubin_path = cache_dir("cubin") / f"{digest}.cubin"
+    name_path = cubin_path.with_suffix(".name")
+    if cubin_path.is_file() and name_path.is_file():
+        return cp.RawModule(path=str(cubin_path)).get_function(name_path.read_text())
     prog = nvrtc.createProgram(path.read_text(), str(path), (), ())
     try:
         nvrtc.addNameExpression(prog, expression)
@@ -192,10 +198,8 @@ def _load_arch_specific(path: Path, source, expression: str, options: tuple[str,
         cubin = nvrtc.getCUBIN(prog)
     finally:
         nvrtc.destroyProgram(prog)
-    # CuPy loads a path module lazily (per device), so the file stays: one per build, keyed by it.
-    digest = hashlib.sha256(repr((source_fingerprint(path), expression, opts)).encode()).hexdigest()[:24]
-    root = Path(os.environ.get("ATTNLAB_CACHE_DIR") or Path.home() / ".cache" / "attnlab") / "cubin"
-    cubin_path = write_atomic(root / f"{digest}.cubin", cubin)
+    write_atomic(cubin_path, cubin)
+    write_atomic(name_path, lowered)   # second: its presence says the cubin beside it is whole
     return cp.RawModule(path=str(cubin_path)).get_function(lowered)
 
 

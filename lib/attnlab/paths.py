@@ -78,3 +78,55 @@ def promote(stage: Path, into: Path | None = None) -> list[Path]:
 
     shutil.rmtree(stage, ignore_errors=True)
     return moved
+
+
+# ---------------------------------------------------------------- compile caches across processes
+
+#: The root of every on-disk cache the lab keeps (static builds, arch-specific cubins, the CPU model's
+#: binaries, and, through :func:`use_persistent_caches`, CuPy's NVRTC cache and Triton's kernel and
+#: autotuning caches). ``ATTNLAB_CACHE_DIR`` moves it, e.g. onto a disk that outlives a cloud box.
+CACHE_ENV = "ATTNLAB_CACHE_DIR"
+
+
+def cache_dir(*parts: str) -> Path:
+    """``$ATTNLAB_CACHE_DIR/<parts>`` (default ``~/.cache/attnlab/<parts>``); not created here."""
+    root = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "attnlab"
+    return Path(root, *parts)
+
+
+#: what :func:`use_persistent_caches` points at the lab's cache root (variable -> sub-folder or value)
+PERSISTENT_CACHE_ENV = {
+    "CUPY_CACHE_DIR": "cupy",           # CuPy's NVRTC cubins (RawModule / RawKernel)
+    "TRITON_CACHE_DIR": "triton",       # Triton's compiled kernels (flash-linear-attention)
+}
+#: Triton keeps each autotuned kernel's winning config in its cache dir, so a later process reuses
+#: it instead of timing every config again (the bulk of fla's first call at a new shape)
+TRITON_AUTOTUNE_CACHE = ("TRITON_CACHE_AUTOTUNING", "1")
+
+
+def use_persistent_caches() -> dict[str, str]:
+    """Point CuPy's and Triton's compile caches (and Triton's autotuning cache) under the lab's cache
+    root, so a second notebook, report or process compiles and autotunes nothing it has done before.
+    A variable the user already set is left alone. Returns what this call set."""
+    chosen = {}
+    for var, sub in PERSISTENT_CACHE_ENV.items():
+        if not os.environ.get(var):
+            chosen[var] = str(cache_dir(sub))
+    var, value = TRITON_AUTOTUNE_CACHE
+    if var not in os.environ:
+        chosen[var] = value
+    os.environ.update(chosen)
+    return chosen
+
+
+def compile_cache_entries() -> int:
+    """How many builds the compile caches hold now: CuPy's and the arch-specific NVRTC cubins, the
+    static builds' reports, Triton's compiled kernels (a folder each). The report runner counts them
+    before and after a notebook, so its index can say how much that run compiled (0: all cached)."""
+    def files(folder: Path, pattern: str) -> int:
+        return sum(1 for _ in folder.glob(pattern)) if folder.is_dir() else 0
+
+    cupy = Path(os.environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache")
+    triton = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    return (files(cupy, "*.cubin") + files(cache_dir("cubin"), "*.cubin") + files(cache_dir("static"), "*.json")
+            + (sum(1 for p in triton.iterdir() if p.is_dir()) if triton.is_dir() else 0))

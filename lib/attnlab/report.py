@@ -54,7 +54,8 @@ from . import cluster
 from . import env as _env
 from .env import Mode, MissingRecordedData, gpu_slug, resolve_mode
 from .nb import HEADLINE_MIME
-from .paths import DATA_DIR, NOTEBOOKS_DIR, REPO_ROOT, REPORTS_DIR, STAGE_ENV, promote, write_atomic
+from .paths import (DATA_DIR, NOTEBOOKS_DIR, REPO_ROOT, REPORTS_DIR, STAGE_ENV, compile_cache_entries, promote,
+                    write_atomic)
 
 PROFILES_DIR = NOTEBOOKS_DIR / "profiles"
 CANONICAL_PROFILE = "full"       # as attnlab.results: the profile whose tables replay shows
@@ -213,6 +214,7 @@ class NotebookRun:
     gpu_index: str = ""                                      # which GPU ran it: CUDA_VISIBLE_DEVICES of its process
     gpu_uuid: str = ""                                       # ... and that GPU's UUID (nvidia-smi)
     host: str = ""                                           # the machine it ran on
+    new_builds: int = -1                                     # compile-cache entries it added (0: all cached; -1: not counted)
 
 
 def collect_headlines(nb_node) -> dict[str, Any]:
@@ -451,6 +453,7 @@ def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mod
     stage = Path(tempfile.mkdtemp(prefix=f".stage-{path.stem}.", dir=DATA_DIR)) if run.mode == "live" else None
     try:
         output, html = work / path.name, work / f"{path.stem}.html"
+        builds_before = compile_cache_entries()
         start = time.perf_counter()
         try:
             if stage is not None:
@@ -464,6 +467,7 @@ def run_one(path: Path, out_dir: Path, params: dict[str, Any], timeout: int, mod
             run.status = "failed"
             run.error = f"{type(exc).__name__}: {exc}"[:300]
         run.duration_s = time.perf_counter() - start
+        run.new_builds = max(compile_cache_entries() - builds_before, 0)
         run.finished_utc = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         if output.is_file():
             try:
@@ -700,13 +704,23 @@ def _write_index(out_dir: Path, runs: list[NotebookRun], profile: str, mode_line
     return index
 
 
+def _duration(r: NotebookRun) -> str:
+    """'37.2 s', with what the run added to the compile caches (builds, Triton's autotuning results):
+    'all from cache' when it added nothing, else 'N new cache entries'."""
+    if r.new_builds < 0:
+        return f"{r.duration_s:.1f} s"
+    if r.new_builds == 0:
+        return f"{r.duration_s:.1f} s (all from cache)"
+    return f"{r.duration_s:.1f} s ({r.new_builds} new cache entr{'y' if r.new_builds == 1 else 'ies'})"
+
+
 def _index_table(out_dir: Path, runs: list[NotebookRun]) -> list[str]:
     lines = ["| notebook | status | duration | mode | finished (UTC) | key result | files | ran on |",
              "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         heads = key_result(r.notebook, r.headlines)
         err = f"<br>**{r.error}**" if r.error else ""
-        lines.append(f"| {r.notebook} | {r.status}{err} | {r.duration_s:.1f} s | {r.mode} | {r.finished_utc or '—'} | {heads} | "
+        lines.append(f"| {r.notebook} | {r.status}{err} | {_duration(r)} | {r.mode} | {r.finished_utc or '—'} | {heads} | "
                      f"{_links(out_dir, r)} | {ran_on(r)} |")
     lines += ["", f"Total: {sum(r.duration_s for r in runs):.1f} s; "
               f"{sum(r.status == 'passed' for r in runs)}/{len(runs)} passed.", ""]

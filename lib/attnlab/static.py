@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .compile import (CompileError, compile_options, define_options, describe_compile_log, kernel_path,
                       name_expression, source_fingerprint, CXX_STANDARD)
-from .paths import KERNELS_DIR, write_atomic
+from .paths import KERNELS_DIR, cache_dir, write_atomic
 
 #: Architectures every kernel is built for: the seed's Turing GPU and the H200 (Hopper).
 DEFAULT_ARCHS = ("sm_75", "sm_90")
@@ -144,8 +144,7 @@ _CACHE_VERSION = 2
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("ATTNLAB_CACHE_DIR") or Path.home() / ".cache" / "attnlab"
-    path = Path(root) / "static"
+    path = cache_dir("static")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

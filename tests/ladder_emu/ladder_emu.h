@@ -103,7 +103,7 @@ inline void emu_named_bar(int id, int n, bool wait) {
     emu_fiber_note_progress();
     const unsigned gen = b.gen;
     if (++b.count == n) { b.count = 0; ++b.gen; return; }
-    if (wait) while (b.gen == gen) emu_yield();
+    if (wait) emu_wait_while(&b.gen, gen);
 }
 inline void named_bar_sync(int id, int n) { emu_named_bar(id, n, true); }
 inline void named_bar_arrive(int id, int n) { emu_named_bar(id, n, false); }
