@@ -5,9 +5,10 @@
 #
 # Compile caches: each lent machine starts bare, so the lab's cache root (CuPy's and the arch-specific
 # NVRTC cubins, Triton's kernels and autotuning results: attnlab.paths.use_persistent_caches) is kept
-# in .devcache/ of the working tree. Carry it (`carry: [".devcache"]`) to start warm, as a second run on
-# one machine would; after the run it is packed into $OUT/devcache.tgz (unpack it into the checkout to
-# carry it next time).
+# in .devcache/ of the working tree. After the run it is packed into $OUT/devcache.tgz; put that file in
+# the checkout as .devcache.tgz and carry it (`carry: [".whl", ".devcache.tgz"]`: packed, it fits the
+# carry limit that the unpacked folder does not) to start the next call warm, as a second run on one
+# machine would.
 # ATTNLAB_DEVICE_TIMEOUT=S stops the command after S seconds (SIGINT: the report runner records what
 # finished), so the results are still packed before the call's own limit.
 set -uo pipefail
@@ -15,6 +16,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH=/tmp/site:$PWD/lib PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH JUPYTER_PATH=/tmp/site/share/jupyter
 export ATTNLAB_CACHE_DIR=${ATTNLAB_CACHE_DIR:-$PWD/.devcache}
 mkdir -p "$ATTNLAB_CACHE_DIR"
+if [ -f .devcache.tgz ]; then tar xzf .devcache.tgz -C "$(dirname "$ATTNLAB_CACHE_DIR")"; fi
 echo "compile caches: $ATTNLAB_CACHE_DIR ($(find "$ATTNLAB_CACHE_DIR" -type f | wc -l) files at the start)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 guard=()
