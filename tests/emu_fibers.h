@@ -1,5 +1,5 @@
-// Cooperative CUDA threads for the CPU execution models (tests/ladder_emu/ladder_emu.h and
-// tests/delta_emu/cuda_emu.h): every CUDA thread of a launch is a fiber with its own stack, all
+// Cooperative CUDA threads for the CPU execution model (tests/ladder_emu/ladder_emu.h, both kernel
+// families): every CUDA thread of a launch is a fiber with its own stack, all
 // run by the calling OS thread. A fiber runs until it must wait (a barrier whose generation has
 // not turned) and then yields to the next; the scheduler visits the live fibers round-robin in
 // thread order, so a run is deterministic. With EMU_FIBER_ORDER=eager in the environment it

@@ -306,7 +306,7 @@ def emu_build_dir(tmp_path_factory):
 def _emu_binary(build_dir: Path, K, V, C, BV, RG, CPT) -> Path:
     exe = build_dir / f"harness_{K}_{V}_{C}_{BV}_{RG}_{CPT}"
     if not exe.exists():
-        cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-include", str(EMU_DIR / "cuda_emu.h"),
+        cmd = ["g++", "-std=c++20", "-O1", "-pthread", "-include", str(ROOT / "tests" / "ladder_emu" / "ladder_emu.h"),
                "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_C={C}",
                f"-DEMU_BV={BV}", f"-DEMU_RG={RG}", f"-DEMU_CPT={CPT}", str(EMU_DIR / "harness.cpp"),
                "-o", str(exe)]
@@ -582,7 +582,7 @@ def test_cuda_kernels_under_sanitizers(emu_build_dir, tmp_path):
         if subprocess.run(["g++", *SANITIZE_FLAGS, str(probe), "-o", str(tmp_path / "probe")],
                           capture_output=True).returncode != 0:
             pytest.skip("g++ cannot build with -fsanitize=address,undefined here (libasan/libubsan missing)")
-        cmd = ["g++", "-std=c++20", "-O1", "-pthread", *SANITIZE_FLAGS, "-include", str(EMU_DIR / "cuda_emu.h"),
+        cmd = ["g++", "-std=c++20", "-O1", "-pthread", *SANITIZE_FLAGS, "-include", str(ROOT / "tests" / "ladder_emu" / "ladder_emu.h"),
                "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_C={C}",
                f"-DEMU_BV={BV}", f"-DEMU_RG={RG}", f"-DEMU_CPT={CPT}", str(EMU_DIR / "harness.cpp"),
                "-o", str(exe)]

@@ -1,7 +1,7 @@
 """Run the KDA launchers (lib/attnlab/delta/kernels.py) end to end on the CPU.
 
 A stand-in ``cupy`` module (NumPy arrays that look like CuPy's) plus a stand-in RawKernel that
-compiles the requested instantiation of a kernels/delta/*.cu file with g++ against cuda_emu.h
+compiles the requested instantiation of a kernels/ file with g++ against the CPU model (ladder_emu.h)
 into a shared library and launches it through ctypes. The arguments are marshalled from the
 kernel's own parameter list (parsed from the source), so a launcher passing arguments in the
 wrong order, of the wrong kind (a Python int where the kernel takes ``int``), or a grid, block
@@ -206,24 +206,17 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
         else:
             call_args.append(f"floats[{nf}]")
             nf += 1
-    # Kernels on the shared tensor-core helpers (kernels/mma.cuh, directly or through delta_io.cuh:
-    # 06 onwards), and the attention kernels, run on the ladder model (tests/ladder_emu/ladder_emu.h: deferred cp.async,
-    # ldmatrix, bf16 MMAs, named barriers).
+    # Every kernel runs on the one CPU model (tests/ladder_emu/ladder_emu.h: deferred cp.async, ldmatrix,
+    # warp MMAs, named barriers, clusters); a delta kernel with the hooks kernels/delta/ leaves to a host
+    # model (kda_hooks.h).
     text = (ROOT / "kernels" / source).read_text()
-    ladder = source.startswith("attention/") or any(f'#include "{h}"' in text for h in ("mma.cuh", "delta_io.cuh"))
-    model = LADDER_EMU if ladder else EMU / "cuda_emu.h"
-    prelude = ('#define KDA_HOST_EMULATION 1\n'
-               'inline unsigned long long g_kda_smem_bytes = 0;\n'
-               'inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }\n'
-               '#define KDA_DYNAMIC_SHARED(name) float* name = emu_dynamic_smem()\n'
-               '#define __trap() (std::fprintf(stderr, "__trap()\\n"), std::abort())\n') if ladder else ""
+    model = LADDER_EMU
+    prelude = '#include "ladder_emu/kda_hooks.h"\n' if source.startswith("delta/") else ""
     # A kernel with a compile-time cluster shape (__cluster_dims__: 11, a head's value blocks along
     # x) runs each cluster's blocks together, with distributed shared memory.
     cluster = "__cluster_dims__" in text
-    launch = ('    g_kda_smem_bytes = smem;\n' +
-              ('    emu_launch_cluster(dim3{gx, gy, gz}, gx, bx * by * bz, smem, [&] {\n' if cluster else
-               '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n')) if ladder else \
-             '    emu_launch(dim3(gx, gy, gz), dim3(bx, by, bz), smem, [&] {\n'
+    launch = ('    emu_launch_cluster(dim3{gx, gy, gz}, gx, bx * by * bz, smem, [&] {\n' if cluster else
+              '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n')
     code = (prelude + f'#include "{source}"\n'
             'extern "C" void emu_run(const unsigned long long* ptrs, const int* ints, const float* floats,\n'
             '                        unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,\n'
@@ -233,7 +226,7 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     key = hashlib.sha256((code + _source_text(source)
                           + "".join(p.read_text() for p in sorted((ROOT / "kernels").glob("*.cuh")))
                           + "".join(p.read_text() for p in sorted((ROOT / "kernels" / "delta").glob("*.cuh")))
-                          + model.read_text()).encode()).hexdigest()[:16]
+                          + model.read_text() + (LADDER_EMU.parent / "kda_hooks.h").read_text()).encode()).hexdigest()[:16]
     if key in _LIBS:
         return _LIBS[key]
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -242,7 +235,7 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     if not lib.exists():
         src.write_text(code)
         cmd = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-include", str(model),
-               "-I", str(ROOT / "kernels"), str(src), "-o", str(lib)]
+               "-I", str(ROOT / "kernels"), "-I", str(ROOT / "tests"), str(src), "-o", str(lib)]
         res = emu_build.run(cmd)
         if res.returncode != 0:
             raise RuntimeError(f"emulation build of {function}<{targs}> failed:\n{res.stderr[-3000:]}")

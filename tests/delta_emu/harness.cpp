@@ -1,30 +1,19 @@
-// Runs kernels/delta/*.cu on the CPU (see cuda_emu.h) for one compile-time configuration.
-// Build: g++ -std=c++20 -O1 -pthread -include cuda_emu.h -I kernels -DEMU_K=.. -DEMU_V=.. -DEMU_C=..
-//        -DEMU_BV=.. -DEMU_RG=.. -DEMU_CPT=.. harness.cpp
+// Runs kernels/delta/01-05 on the CPU model (tests/ladder_emu/ladder_emu.h with the delta hooks of
+// kda_hooks.h) for one compile-time configuration.
+// Build: g++ -std=c++20 -O1 -pthread -include tests/ladder_emu/ladder_emu.h -I kernels -DEMU_K=.. -DEMU_V=..
+//        -DEMU_C=.. -DEMU_BV=.. -DEMU_RG=.. -DEMU_CPT=.. tests/delta_emu/harness.cpp
 // Run:   harness DIR B T H SCALE HAS_H0
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes there
 //   rec_o rec_ht (recurrent) and Akk Aqk Qg Kd Kbg gL W U o ht (chunked; W = Kbg after stage 2),
 //   and tc_o tc_ht (stage 3 on tensor cores, 05_chunk_state_tc.cu; chunks up to 64 only).
+#include "../ladder_emu/kda_hooks.h"
+
 #include "delta/01_recurrent.cu"
 #include "delta/02_chunk_intra.cu"
 #include "delta/03_chunk_solve.cu"
 #include "delta/04_chunk_state.cu"
 #include "delta/05_chunk_state_tc.cu"
 
-#include <string>
-
-static std::vector<float> read_f32(const std::string& path, size_t n) {
-    std::vector<float> v(n);
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f || std::fread(v.data(), 4, n, f) != n) { std::fprintf(stderr, "cannot read %s\n", path.c_str()); std::exit(2); }
-    std::fclose(f);
-    return v;
-}
-static void write_f32(const std::string& path, const std::vector<float>& v) {
-    FILE* f = std::fopen(path.c_str(), "wb");
-    std::fwrite(v.data(), 4, v.size(), f);
-    std::fclose(f);
-}
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -46,7 +35,7 @@ int main(int argc, char** argv) {
         std::vector<float> o(nv, nan), ht(ns, nan);
         constexpr int WARPS = 2;
         constexpr int cols = WARPS * 32 / RG;
-        emu_launch(dim3(V / cols, H, B), dim3(WARPS * 32), 0, [&] {
+        emu_launch3(dim3{V / cols, H, B}, WARPS * 32, 0, [&] {
             kda_recurrent<K, V, RG, WARPS>(q.data(), k.data(), v.data(), g.data(), beta.data(), h0p,
                                            o.data(), ht.data(), T, H, scale);
         });
@@ -61,18 +50,18 @@ int main(int argc, char** argv) {
         std::vector<float> Qg((size_t)B * H * Tp * K, nan), Kd(Qg.size(), nan), Kbg(Qg.size(), nan);
         std::vector<float> gL((size_t)B * H * NT * K, nan), U((size_t)B * H * Tp * V, nan);
         std::vector<float> o(nv, nan), ht(ns, nan);
-        emu_launch(dim3(NT, H, B), dim3(4 * C), 0, [&] {
+        emu_launch3(dim3{NT, H, B}, 4 * C, 0, [&] {
             kda_chunk_intra<K, C>(q.data(), k.data(), g.data(), beta.data(), Akk.data(), Aqk.data(),
                                   Qg.data(), Kd.data(), Kbg.data(), gL.data(), T, H, scale);
         });
         write_f32(dir + "/Akk", Akk); write_f32(dir + "/Aqk", Aqk); write_f32(dir + "/Qg", Qg);
         write_f32(dir + "/Kd", Kd); write_f32(dir + "/Kbg", Kbg); write_f32(dir + "/gL", gL);
-        emu_launch(dim3(NT, H, B), dim3((K + V) / CPT), 0, [&] {
+        emu_launch3(dim3{NT, H, B}, (K + V) / CPT, 0, [&] {
             kda_chunk_solve<K, V, C, CPT>(Akk.data(), Kbg.data(), v.data(), beta.data(), U.data(), T, H);
         });
         write_f32(dir + "/W", Kbg); write_f32(dir + "/U", U);
         using L = KdaStateLayout<K, V, C, BV>;
-        emu_launch(dim3(V / BV, H, B), dim3((K / 4) * (BV / 4)), L::FLOATS * sizeof(float), [&] {
+        emu_launch3(dim3{V / BV, H, B}, (K / 4) * (BV / 4), L::FLOATS * sizeof(float), [&] {
             kda_chunk_state<K, V, C, BV>(Kbg.data(), U.data(), Qg.data(), Kd.data(), Aqk.data(), gL.data(),
                                          h0p, o.data(), ht.data(), T, H, NT);
         });
@@ -80,7 +69,7 @@ int main(int argc, char** argv) {
 #if EMU_C <= 64
         using LT = KdaStateTcLayout<K, V, C, BV>;
         std::vector<float> o_tc(nv, nan), ht_tc(ns, nan);
-        emu_launch(dim3(V / BV, H, B), dim3(LT::NTH), LT::FLOATS * sizeof(float), [&] {
+        emu_launch3(dim3{V / BV, H, B}, LT::NTH, LT::FLOATS * sizeof(float), [&] {
             kda_chunk_state_tc<K, V, C, BV>(Kbg.data(), U.data(), Qg.data(), Kd.data(), Aqk.data(), gL.data(),
                                             h0p, o_tc.data(), ht_tc.data(), T, H, NT);
         });

@@ -9,11 +9,7 @@
 // kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09), ln_o, ln_ht (07 then 10) and
 // cl_o, cl_ht (07 then 11, a cluster per head), bf_o, bf_ht (07 then 10 with bf16 inputs and
 // output: the inputs rounded to bf16 here) there.
-#define KDA_HOST_EMULATION 1
-inline size_t g_kda_smem_bytes = 0;
-inline unsigned kda_dynamic_smem_size() { return (unsigned)g_kda_smem_bytes; }
-#define KDA_DYNAMIC_SHARED(name) float* name = emu_dynamic_smem()
-#define __trap() (std::fprintf(stderr, "__trap() at %s:%d\n", __FILE__, __LINE__), std::abort())
+#include "../ladder_emu/kda_hooks.h"
 
 #include "delta/06_chunk_fused_tc.cu"
 #include "delta/07_chunk_prep_tc.cu"
@@ -37,8 +33,7 @@ int main(int argc, char** argv) {
     const float nan = std::nanf("");
     std::vector<float> o(nv, nan), ht(ns, nan);
     using L = KdaFusedLayout<K, V, C, BV>;
-    g_kda_smem_bytes = L::WORDS * 4;
-    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, L::NTH, g_kda_smem_bytes, [&] {
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, L::NTH, (size_t)(L::WORDS * 4), [&] {
         kda_chunk_fused<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(),
                                      has_h0 ? h0.data() : nullptr, o.data(), ht.data(), T, H, scale);
     });
@@ -49,14 +44,12 @@ int main(int argc, char** argv) {
     const int NC = (T + C - 1) / C;
     std::vector<unsigned> ta((size_t)B * H * NC * 4 * C * (C / 2), 0x7fc07fc0u);   // bf16 NaN pairs
     using LP = KdaPrepLayout<K, C>;
-    g_kda_smem_bytes = LP::WORDS * 4;
-    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, g_kda_smem_bytes, [&] {
+    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, (size_t)(LP::WORDS * 4), [&] {
         kda_chunk_prep<K, C>(q.data(), k.data(), g.data(), beta.data(), ta.data(), T, H, scale);
     });
     std::vector<float> o2(nv, nan), ht2(ns, nan);
     using LS = KdaOnchipLayout<K, V, C, BV>;
-    g_kda_smem_bytes = LS::WORDS * 4;
-    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LS::NTH, g_kda_smem_bytes, [&] {
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LS::NTH, (size_t)(LS::WORDS * 4), [&] {
         kda_chunk_state_onchip<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
                                             has_h0 ? h0.data() : nullptr, o2.data(), ht2.data(), T, H, scale);
     });
@@ -66,8 +59,7 @@ int main(int argc, char** argv) {
     // 07 -> 09 (same workspace)
     std::vector<float> o3(nv, nan), ht3(ns, nan);
     using LW = KdaWsLayout<K, V, C, BV>;
-    g_kda_smem_bytes = LW::WORDS * 4;
-    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LW::NTH, g_kda_smem_bytes, [&] {
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LW::NTH, (size_t)(LW::WORDS * 4), [&] {
         kda_chunk_state_ws<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
                                         has_h0 ? h0.data() : nullptr, o3.data(), ht3.data(), T, H, scale);
     });
@@ -77,8 +69,7 @@ int main(int argc, char** argv) {
     // 07 -> 10 (same workspace)
     std::vector<float> o4(nv, nan), ht4(ns, nan);
     using LL = KdaLeanLayout<K, V, C, BV>;
-    g_kda_smem_bytes = LL::WORDS * 4;
-    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LL::NTH, g_kda_smem_bytes, [&] {
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LL::NTH, (size_t)(LL::WORDS * 4), [&] {
         kda_chunk_state_lean<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
                                           has_h0 ? h0.data() : nullptr, o4.data(), ht4.data(), T, H, scale);
     });
@@ -88,8 +79,7 @@ int main(int argc, char** argv) {
     // 07 -> 11: the head's value blocks as one cluster
     std::vector<float> o7(nv, nan), ht7(ns, nan);
     using LCl = KdaClusterLayout<K, V, C, BV>;
-    g_kda_smem_bytes = LCl::WORDS * 4;
-    emu_launch_cluster(dim3{V / BV, (unsigned)H, (unsigned)B}, V / BV, LCl::NTH, g_kda_smem_bytes, [&] {
+    emu_launch_cluster(dim3{V / BV, (unsigned)H, (unsigned)B}, V / BV, LCl::NTH, (size_t)(LCl::WORDS * 4), [&] {
         kda_chunk_state_cluster<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
                                              has_h0 ? h0.data() : nullptr, o7.data(), ht7.data(), T, H, scale);
     });
@@ -104,14 +94,12 @@ int main(int argc, char** argv) {
     };
     const auto qb = to_bf(q), kb = to_bf(k), gb = to_bf(g), vb = to_bf(v), bb = to_bf(beta);
     std::vector<unsigned> tab(ta.size(), 0x7fc07fc0u);
-    g_kda_smem_bytes = LP::WORDS * 4;
-    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, g_kda_smem_bytes, [&] {
+    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, (size_t)(LP::WORDS * 4), [&] {
         kda_chunk_prep<K, C, true>(qb.data(), kb.data(), gb.data(), bb.data(), tab.data(), T, H, scale);
     });
     std::vector<unsigned short> ob(nv, 0x7fc0u);
     std::vector<float> ht6(ns, nan);
-    g_kda_smem_bytes = LL::WORDS * 4;
-    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LL::NTH, g_kda_smem_bytes, [&] {
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LL::NTH, (size_t)(LL::WORDS * 4), [&] {
         kda_chunk_state_lean<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab.data(),
                                                 has_h0 ? h0.data() : nullptr, ob.data(), ht6.data(), T, H, scale);
     });

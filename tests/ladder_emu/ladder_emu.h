@@ -1,5 +1,7 @@
-// A CPU execution model of just enough CUDA to run kernels/attention/0[1-5]_*.cu for logic checks
-// (tests/test_ladder_emu.py). Every thread of a block is a fiber (tests/emu_fibers.h: cooperative,
+// The lab's one CPU execution model of CUDA: enough of it to run every kernel of both families for
+// logic checks (kernels/attention/ 01-10; kernels/delta/ 01-11 with the hooks of kda_hooks.h beside
+// this file), warp MMAs, ldmatrix, cp.async, named barriers and thread-block clusters included; not
+// wgmma or TMA (notebook 11's kernels run on the GPU only). Every thread of a block is a fiber (tests/emu_fibers.h: cooperative,
 // deterministic, one OS thread); __syncthreads() is a barrier over the block; __shfl_xor_sync is a
 // two-phase exchange over a per-warp barrier.
 // Blocks run one after another, so the dynamic shared memory (`extern __shared__ float smem[]`)
@@ -339,11 +341,14 @@ inline bool emu_reverse_blocks = false;
 
 // Run grid blocks in turn (x fastest; last first with emu_reverse_blocks), each with `threads`
 // CUDA threads (fibers) executing `kernel`.
+// The dynamic shared memory the running launch was given (%dynamic_smem_size; kda_hooks.h).
+inline size_t emu_launch_smem_bytes = 0;
 inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
     if (threads % 32 != 0 || smem_bytes > sizeof(smem)) {
         std::fprintf(stderr, "bad launch: %u threads, %zu bytes of shared memory\n", threads, smem_bytes);
         std::abort();
     }
+    emu_launch_smem_bytes = smem_bytes;
     gridDim = grid;
     blockDim = dim3{threads, 1, 1};
     const unsigned nblocks = grid.x * grid.y * grid.z;
@@ -433,6 +438,7 @@ inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, 
         std::fprintf(stderr, "bad cluster launch: %u threads, cluster of %u, grid.x %u\n", threads, cluster_x, grid.x);
         std::abort();
     }
+    emu_launch_smem_bytes = smem_bytes;
     gridDim = grid;
     blockDim = dim3{threads, 1, 1};
     const unsigned nblocks = grid.x * grid.y * grid.z;
