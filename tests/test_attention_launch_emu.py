@@ -86,3 +86,28 @@ def test_launcher_runs_the_kernel_on_the_cpu_model(fake_gpu, name, causal):
         assert (ran[0] is plan.kernel) == persistent
         if persistent:
             assert got["grid"][0] == attention.stream_k_grid(B * H, N, plan.params, plan.slots) < plan.slots
+
+
+def test_the_studies_timing_loops_run_their_grids_on_the_cpu_model(fake_gpu, monkeypatch):
+    """Notebook 04's tile scan and notebook 05's tuned-tile gain, end to end on the CPU model, through
+    the one timing loop (timing.time_rows; its sampler replaced by one call of each entry): the kernels
+    really run, every grid point gets its row, a tile over the shared-memory limit is recorded as
+    skipped, and a tuned tile equal to the default is timed once (gain exactly 1)."""
+    from attnlab import ladder, tile_scan, timing
+
+    ran = []
+
+    def once(fn, budget_s, **kw):
+        ran.append(fn())
+        return timing.summarize([1.0, 1.0, 1.0])
+
+    monkeypatch.setattr(timing, "time_gpu", once)
+    scan = ladder.time_tile_scan(["tiled"], [32], 40, [1, 2], [8, 4096], B=1, H=1, budget_s=0.1, seed=0)
+    assert list(zip(scan["tile_rows"], scan["tile_kv"])) == [(1, 8), (1, 4096), (2, 8), (2, 4096)]
+    timed = scan[scan["skipped"] == ""]
+    assert len(timed) == 2 == len(ran) and (scan[scan["skipped"] != ""]["tile_kv"] == 4096).all()
+    assert timing.timing_problems(timed).empty and (timed["tflops"] > 0).all()
+    ran.clear()
+    gain = tile_scan.measure_gain(["tiled"], [40], [32], gpu="none", B=1, H=1, budget_s=0.1, seed=0,
+                                  tuned_tiles={("tiled", 32): tuple(int(x) for x in tile_scan.SEED_DEFAULTS[32])})
+    assert len(gain) == 1 and len(ran) == 1 and gain["gain"].iloc[0] == 1.0

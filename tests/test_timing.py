@@ -17,6 +17,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import pandas as pd
+
 from attnlab import timing
 from attnlab.paths import DATA_DIR
 from attnlab.timing import TARGET_REL_IQR, CupyTimingBackend, summarize, time_gpu
@@ -322,3 +324,47 @@ def test_interleaved_stopping_rules():
         timing.time_gpu_interleaved({}, backend=dev)
     with pytest.raises(ValueError):
         timing.time_gpu_interleaved(fast, backend=dev, budget_s=0)
+
+
+# ----------------------------------------------------------------------------- the one timing loop
+
+class SteadyDevice(DriftingDevice):
+    """Every call of a kernel takes exactly its base time."""
+
+    def kernel_of(self, name: str, base: float):
+        def fn():
+            self.calls += 1
+            self.log.append(name)
+            self.now += Fraction(base)
+        return fn
+
+
+def test_time_rows_gives_one_tidy_row_per_entry_in_order():
+    """Every grid walker's rows come from timing.time_rows: the entry's columns, then the timing
+    summary, TFLOP/s where FLOPs are given, an untimed entry passed through as it is."""
+    dev = SteadyDevice()
+    entries = [({"kernel": "a", "N": 4}, dev.kernel_of("a", 2.0)),
+               ({"kernel": "skip", "N": 4, "skipped": "over the limit"}, None),
+               ({"kernel": "b", "N": 4}, dev.kernel_of("b", 0.5))]
+    for interleaved in (False, True):
+        rows = timing.time_rows(entries, budget_s=1.0, interleaved=interleaved, flops={0: 4e9, 2: 4e9},
+                                backend=dev, warmup=1, min_repeats=5)
+        assert [r["kernel"] for r in rows] == ["a", "skip", "b"]
+        assert rows[0]["median_ms"] == pytest.approx(2.0) and rows[2]["median_ms"] == pytest.approx(0.5)
+        assert rows[0]["tflops"] == pytest.approx(4e9 / 2e-3 / 1e12) and rows[2]["tflops"] == pytest.approx(8.0)
+        assert rows[1] == entries[1][0]                       # untimed: nothing added
+        assert all(rows[i]["converged"] and rows[i]["repeats"] >= 5 for i in (0, 2))
+        assert timing.timing_problems(pd.DataFrame([rows[0], rows[2]])).empty
+
+
+def test_time_rows_interleaves_only_when_asked():
+    dev = SteadyDevice()
+    entries = [({"k": "a"}, dev.kernel_of("a", 1.0)), ({"k": "b"}, dev.kernel_of("b", 1.0))]
+    timing.time_rows(entries, budget_s=1.0, backend=dev, warmup=0, min_repeats=5, max_repeats=5, batch=5)
+    calls = [e for e in dev.log if e in ("a", "b")]
+    assert calls == ["a"] * 5 + ["b"] * 5                    # one entry after the other
+    dev = SteadyDevice()
+    entries = [({"k": "a"}, dev.kernel_of("a", 1.0)), ({"k": "b"}, dev.kernel_of("b", 1.0))]
+    timing.time_rows(entries, budget_s=1.0, interleaved=True, backend=dev, warmup=0, min_repeats=5, max_repeats=5)
+    calls = [e for e in dev.log if e in ("a", "b")]
+    assert calls[:4] == ["a", "b", "b", "a"]                 # one sample of each per round, rotating

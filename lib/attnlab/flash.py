@@ -184,12 +184,12 @@ def time_kernels(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], 
 
     Every entry of one (D, N) shares the same fresh inputs and is timed interleaved with the
     others (one sample of each per round, CUDA events, warm-up, L2 flushed before each sample;
-    attnlab.timing.time_gpu_interleaved), so a ratio compares kernels under the same device
+    attnlab.timing.time_rows, interleaved), so a ratio compares kernels under the same device
     conditions. A reference that refuses the inputs (a backend without this dtype or head dim) is
     left out of the table, not timed.
     """
     from .env import device_name, gpu_slug
-    from .timing import time_gpu_interleaved
+    from .timing import time_rows
 
     gpu = gpu_slug(device_name())     # the ladder kernels take this GPU's tuned tiles, as run_attention does
     rows = []
@@ -198,7 +198,7 @@ def time_kernels(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], 
             q, k, v = random_inputs(B, H, N, D, dtype, seed=seed + 17 * N + D)
             out = q.new_empty(q.shape)
             flops = attention_flops(B, H, N, D, causal)
-            calls, meta = {}, {}
+            entries = []
             for name in kernels:
                 spec = get_spec(name)
                 if D not in spec.head_dims or dtype not in spec.dtypes or (causal and not spec.causal):
@@ -206,19 +206,20 @@ def time_kernels(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], 
                 p = (params or {}).get(name)
                 plan = get_kernel(name, D, gpu=gpu, dtype=dtype, causal=causal, params=p)
                 # validated and planned once: the timed region holds the launch alone
-                calls[name] = prepare_attention(name, q, k, v, out=out, causal=causal, params=p, gpu=gpu)
-                meta[name] = (spec.step, ",".join(f"{a}={b}" for a, b in plan.params.items()))
+                call = prepare_attention(name, q, k, v, out=out, causal=causal, params=p, gpu=gpu)
+                described = ",".join(f"{a}={b}" for a, b in plan.params.items())
+                entries.append((dict(kernel=name, step=spec.step, params=described), call))
             for ref in references:
                 if sdpa_available(ref, q, k, v, causal):
-                    calls[ref] = sdpa_call(ref, q, k, v, causal)
-                    meta[ref] = ("", "library")
-            if not calls:
+                    entries.append((dict(kernel=ref, step="", params="library"), sdpa_call(ref, q, k, v, causal)))
+            if not entries:
                 continue
-            for name, t in time_gpu_interleaved(calls, budget_s=budget_s).items():
-                step, described = meta[name]
-                rows.append(dict(kernel=name, step=step, dtype=dtype, causal=causal, B=B, H=H, N=N, D=D,
-                                 params=described, **t.row(), flops=flops,
-                                 tflops=flops / (t.median_ms * 1e-3) / 1e12))
+            point = dict(dtype=dtype, causal=causal, B=B, H=H, N=N, D=D)
+            for row in time_rows(entries, budget_s=budget_s, interleaved=True,
+                                 flops=dict.fromkeys(range(len(entries)), flops)):
+                tflops = row.pop("tflops")
+                rows.append(dict(kernel=row.pop("kernel"), step=row.pop("step"), **point, params=row.pop("params"),
+                                 **row, flops=flops, tflops=tflops))
     return pd.DataFrame(rows)
 
 

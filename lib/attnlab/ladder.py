@@ -607,13 +607,14 @@ def time_tile_scan(kernels: Sequence[str], D_list: Sequence[int], N: int, tile_r
 
     from .attention import get_kernel, run_attention
     from .attention.bench import random_qkv
-    from .timing import time_gpu
+    from .timing import time_rows
 
     rng = np.random.default_rng(seed)
     rows = []
     for D in D_list:
         q, k, v = random_qkv(B, H, N, D, rng)
         out = cp.empty_like(q)
+        entries, flops = [], {}
         for name in kernels:
             for tr in tile_rows_list:
                 for tkv in tile_kv_list:
@@ -622,11 +623,13 @@ def time_tile_scan(kernels: Sequence[str], D_list: Sequence[int], N: int, tile_r
                     try:
                         plan = get_kernel(name, D, tr, tkv)
                     except ValueError as exc:
-                        rows.append({**base, "median_ms": np.nan, "skipped": str(exc)})
+                        entries.append(({**base, "median_ms": np.nan, "skipped": str(exc)}, None))
                         continue
-                    t = time_gpu(lambda: run_attention(name, q, k, v, tr, tkv, out=out, gpu=None), budget_s=budget_s)
-                    rows.append({**base, **t.row(), "tflops": float(tflops(B, H, N, D, t.median_ms)),
-                                 "registers": int(plan.kernel.num_regs), "skipped": ""})
+                    flops[len(entries)] = float(attention_flops(B, H, N, D))
+                    entries.append(({**base, "registers": int(plan.kernel.num_regs), "skipped": ""},
+                                    lambda name=name, tr=tr, tkv=tkv: run_attention(name, q, k, v, tr, tkv, out=out,
+                                                                                    gpu=None)))
+        rows += time_rows(entries, budget_s=budget_s, flops=flops)
     return pd.DataFrame(rows)
 
 

@@ -164,7 +164,7 @@ def live_scan(configs, N_list, *, B: int, H: int, budget_s: float, seed: int, ch
     from .attention.bench import random_qkv
     from .occupancy import device_arch, driver_blocks, kernel_resources, occupancy
     from .attention.reference import attention_flops, attention_fp64, rel_error
-    from .timing import time_gpu
+    from .timing import time_rows
 
     arch = device_arch()
     per_config, ok = [], []
@@ -204,6 +204,7 @@ def live_scan(configs, N_list, *, B: int, H: int, budget_s: float, seed: int, ch
             q, k, v = random_qkv(B, H, N, D, rng)
             out = cp.empty_like(q)
             ref = attention_fp64(q, k, v) if check and N == n_check else None
+            entries = []
             for key, r in by_key.items():
                 if r["D"] != D:
                     continue
@@ -212,9 +213,11 @@ def live_scan(configs, N_list, *, B: int, H: int, budget_s: float, seed: int, ch
                     out.fill(np.nan)
                     run_attention(name, q, k, v, tr, kv, out=out)
                     r["rel_err_fp64"] = rel_error(out, ref)
-                t = time_gpu(lambda: run_attention(name, q, k, v, tr, kv, out=out), budget_s=budget_s)
-                timing.append({"kernel": name, "B": B, "H": H, "N": N, "D": D, "tile_rows": tr, "tile_kv": kv,
-                               **t.row(), "tflops": attention_flops(B, H, N, D) / (t.median_ms * 1e-3) / 1e12})
+                entries.append(({"kernel": name, "B": B, "H": H, "N": N, "D": D, "tile_rows": tr, "tile_kv": kv},
+                                lambda name=name, tr=tr, kv=kv, qkv=(q, k, v), out=out:
+                                run_attention(name, *qkv, tr, kv, out=out)))
+            timing += time_rows(entries, budget_s=budget_s,
+                                flops=dict.fromkeys(range(len(entries)), attention_flops(B, H, N, D)))
             del q, k, v, out, ref
     return pd.DataFrame(per_config), pd.DataFrame(timing)
 
@@ -318,7 +321,7 @@ def measure_gain(kernels, N_list, D_list, *, gpu: str, B: int, H: int, budget_s:
     import pandas as pd
     from .attention import run_attention
     from .attention.bench import fresh_inputs
-    from .timing import time_gpu
+    from .timing import time_rows
 
     plan = default_vs_tuned(kernels, D_list, gpu, tuned_dir, tuned_tiles)
     rows = []
@@ -327,13 +330,13 @@ def measure_gain(kernels, N_list, D_list, *, gpu: str, B: int, H: int, budget_s:
             tiles = {"default": (int(r.default_rows), int(r.default_kv))}
             if r.tuned_rows is not None and not pd.isna(r.tuned_rows):
                 tiles["tuned"] = (int(r.tuned_rows), int(r.tuned_kv))
-            ms = {}
-            for which, (tr, kv) in tiles.items():
-                if which == "tuned" and (tr, kv) == tiles["default"]:
-                    ms["tuned"] = ms["default"]
-                    continue
-                t = time_gpu(lambda: run_attention(r.kernel, q, k, v, tr, kv, out=out), budget_s=budget_s)
-                ms[which] = t.median_ms
+            distinct = {w: t for w, t in tiles.items() if w == "default" or t != tiles["default"]}
+            timed = time_rows([({"which": w}, lambda kernel=r.kernel, tr=tr, kv=kv, qkv=(q, k, v), out=out:
+                                 run_attention(kernel, *qkv, tr, kv, out=out)) for w, (tr, kv) in distinct.items()],
+                              budget_s=budget_s)
+            ms = {row["which"]: row["median_ms"] for row in timed}
+            if "tuned" in tiles and "tuned" not in ms:
+                ms["tuned"] = ms["default"]   # the same tile: timed once, gain exactly 1
             rows.append({"kernel": r.kernel, "B": B, "H": H, "N": N, "D": D,
                          "default_tiles": f"{tiles['default'][0]}x{tiles['default'][1]}",
                          "tuned_tiles": f"{tiles['tuned'][0]}x{tiles['tuned'][1]}" if "tuned" in tiles else "",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -178,6 +178,38 @@ def time_gpu_interleaved(fns: Mapping[str, Callable[[], object]], *, budget_s: f
             return timings
         if done_rounds >= max_repeats:
             return timings
+
+
+def time_rows(entries: Iterable[tuple[Mapping[str, Any], Callable[[], object] | None]], *, budget_s: float,
+              interleaved: bool = False, flops: Mapping[int, float] | None = None, **options) -> list[dict]:
+    """The lab's one timing loop, from a grid point's entries to tidy rows.
+
+    ``entries`` are ``(columns, fn)`` pairs that share one set of inputs (one point of a study's
+    grid: its kernels, tiles or references). Each ``fn`` is timed with CUDA events, warm-up and an
+    L2 flush (:func:`time_gpu_interleaved`; ``interleaved``: one sample of every entry per round, so
+    they share the device's conditions, else one entry after the other) and gives the row
+    ``{**columns, **Timing.row()}``: median, quartiles, extremes, repeats, relative IQR and whether it
+    converged. ``flops`` (entry index -> FLOPs of one call) adds ``tflops``. An entry whose ``fn``
+    is None is passed through untimed (its columns say why: a tile over the shared-memory limit).
+    ``options`` go to the sampler (warm-up, repeats, target spread)."""
+    entries = list(entries)
+    timed = [i for i, (_, fn) in enumerate(entries) if fn is not None]
+    found: dict[int, Timing] = {}
+    if interleaved and timed:
+        found = {int(k): t for k, t in time_gpu_interleaved({str(i): entries[i][1] for i in timed},
+                                                            budget_s=budget_s, **options).items()}
+    else:
+        for i in timed:
+            found[i] = time_gpu(entries[i][1], budget_s=budget_s, **options)
+    rows = []
+    for i, (columns, _) in enumerate(entries):
+        row = dict(columns)
+        if i in found:
+            row.update(found[i].row())
+            if flops and i in flops:
+                row["tflops"] = flops[i] / (found[i].median_ms * 1e-3) / 1e12
+        rows.append(row)
+    return rows
 
 
 def timing_problems(t: pd.DataFrame, target_rel_iqr: float | None = None) -> pd.DataFrame:

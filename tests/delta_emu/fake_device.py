@@ -251,6 +251,7 @@ class EmuKernel:
         self.params = kernel_params(source, function)
         self.lib = _library(source, function, self.template_args, build_dir or Path("/tmp/attnlab-delta-emu"))
         self.max_dynamic_shared_size_bytes = 48 * 1024
+        self.num_regs = 0   # CuPy's attribute; the CPU model allocates no registers
         self.launches: list[dict] = []
 
     def __call__(self, grid, block, args, shared_mem: int = 0):

@@ -81,13 +81,9 @@ def check_kernel(name: str, shapes: Iterable[tuple[int, int, int, int]], *, seed
     return pd.DataFrame(rows)
 
 
-def _timing_row(kernel: str, B, H, N, D, tile_rows, tile_kv, tiles_from, t) -> dict:
-    flops = attention_flops(B, H, N, D)
-    min_bytes = attention_min_bytes(B, H, N, D)
-    return dict(kernel=kernel, B=B, H=H, N=N, D=D, tile_rows=tile_rows, tile_kv=tile_kv,
-                tiles_from=tiles_from, **t.row(), flops=flops,
-                tflops=flops / (t.median_ms * 1e-3) / 1e12, min_bytes=min_bytes,
-                gbps_min=min_bytes / (t.median_ms * 1e-3) / 1e9)
+def _point(kernel: str, B, H, N, D, tile_rows, tile_kv, tiles_from) -> dict:
+    """The columns of one timed entry of the seed grid, before its timing."""
+    return dict(kernel=kernel, B=B, H=H, N=N, D=D, tile_rows=tile_rows, tile_kv=tile_kv, tiles_from=tiles_from)
 
 
 def time_grid(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], D_list: Sequence[int], *,
@@ -95,30 +91,36 @@ def time_grid(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], D_l
               tiles: dict | None = None, gpu: str | None = None) -> pd.DataFrame:
     """Median latency of each kernel (and torch SDPA fp32) over the (N, D) grid, in one run.
 
-    All kernels of one (N, D) share the same fresh inputs and are timed back to back, so drift
-    in clocks or temperature touches every column of a row alike. ``tiles`` maps
-    (kernel, D) -> (tile_rows, tile_kv) to override the defaults.
+    All kernels of one (N, D) share the same fresh inputs and are timed back to back
+    (:func:`attnlab.timing.time_rows`), so drift in clocks or temperature touches every column of
+    a row alike. ``tiles`` maps (kernel, D) -> (tile_rows, tile_kv) to override the defaults.
     """
     import torch
     import torch.nn.functional as F
 
-    from ..timing import time_gpu
+    from ..timing import time_rows
 
     rows = []
     for D, N, q, k, v, out in fresh_inputs(B, H, N_list, D_list, seed):   # every kernel on the same inputs
+        entries = []
         for name in kernels:
             tr, tkv = (tiles or {}).get((name, D), (None, None))
             plan = get_kernel(name, D, tr, tkv, gpu)
-            t = time_gpu(lambda: run_attention(name, q, k, v, plan.tile_rows if plan.spec.tiled else None,
-                                               plan.tile_kv if plan.spec.tiled else None, out=out, gpu=gpu),
-                         budget_s=budget_s)
-            rows.append(_timing_row(name, B, H, N, D, plan.tile_rows if plan.spec.tiled else 0,
-                                    plan.tile_kv if plan.spec.tiled else 0, plan.tiles_from, t))
+            tr, tkv = (plan.tile_rows, plan.tile_kv) if plan.spec.tiled else (None, None)
+            entries.append((_point(name, B, H, N, D, tr or 0, tkv or 0, plan.tiles_from),
+                            lambda name=name, tr=tr, tkv=tkv: run_attention(name, q, k, v, tr, tkv, out=out, gpu=gpu)))
         if include_sdpa:
             qt, kt, vt = (torch.from_dlpack(a) for a in (q, k, v))
-            t = time_gpu(lambda: F.scaled_dot_product_attention(qt, kt, vt), budget_s=budget_s)
-            rows.append(_timing_row(SDPA, B, H, N, D, 0, 0, "library", t))
-    return pd.DataFrame(rows)
+            entries.append((_point(SDPA, B, H, N, D, 0, 0, "library"),
+                            lambda qt=qt, kt=kt, vt=vt: F.scaled_dot_product_attention(qt, kt, vt)))
+        flops = attention_flops(B, H, N, D)
+        rows += time_rows(entries, budget_s=budget_s, flops=dict.fromkeys(range(len(entries)), flops))
+    df = pd.DataFrame(rows)
+    if len(df):
+        df["flops"] = attention_flops(B, H, df["N"], df["D"])
+        df["min_bytes"] = attention_min_bytes(B, H, df["N"], df["D"])
+        df["gbps_min"] = df["min_bytes"] / (df["median_ms"] * 1e-3) / 1e9
+    return df
 
 
 def sdpa_backend_note() -> str:

@@ -150,10 +150,11 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, chunk
 # ----------------------------------------------------------------------------- timing
 
 def _timed(fn, budget_s: float, **row):
-    from ..timing import time_gpu
+    """One entry through the lab's timing loop (:func:`attnlab.timing.time_rows`), timed alone: the
+    delta tables build their plans one at a time (a plan's workspace can be GiBs at T = 65536)."""
+    from ..timing import time_rows
 
-    t = time_gpu(fn, budget_s=budget_s, warmup=2, min_repeats=5, max_repeats=100)
-    return {**row, **t.row()}
+    return time_rows([(row, fn)], budget_s=budget_s, warmup=2, min_repeats=5, max_repeats=100)[0]
 
 
 def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], chunk_size: int = DEFAULT_CHUNK,
