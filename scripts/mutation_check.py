@@ -256,6 +256,18 @@ MUTATIONS: tuple[Mutation, ...] = (
              '    return 100 * U >= p["FILL"] * (-(-U // slots)) * slots',
              '    return 100 * U > p["FILL"] * (-(-U // slots)) * slots',
              ("tests/test_launch_geometry.py",)),
+    # ---- the one timing loop, the CPU model's scheduler, the compile caches
+    Mutation("timing: time_rows never interleaves", TIMING, "    if interleaved and timed:", "    if False and timed:",
+             ("tests/test_timing.py",)),
+    Mutation("timing: time_rows TFLOP/s off by 1000", TIMING,
+             '                row["tflops"] = flops[i] / (found[i].median_ms * 1e-3) / 1e12',
+             '                row["tflops"] = flops[i] / (found[i].median_ms * 1e-3) / 1e9',
+             ("tests/test_timing.py",)),
+    Mutation("emulator: waiting threads switched to again (eager order quadratic)", "tests/emu_fibers.h",
+             "            if (f.waiting()) continue;", "            ;", ("tests/test_emu_fibers.py",)),
+    Mutation("caches: a compile cache the user set is overridden", "lib/attnlab/paths.py",
+             "        if not os.environ.get(var):", "        if True:",
+             ("tests/test_report_runner.py", "-k", "cache")),
     # ---- recorded data checked by value (tests/test_recorded_data.py)
     Mutation("data: converged claimed at a spread above 5 %", NAIVE_TIMING, "", "", ("tests/test_recorded_data.py",),
              edit=csv_row_edit("converged", lambda r: "True",
