@@ -267,7 +267,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "            if (f.waiting()) continue;", "            ;", ("tests/test_emu_fibers.py",)),
     Mutation("caches: a compile cache the user set is overridden", "lib/attnlab/paths.py",
              "        if not os.environ.get(var):", "        if True:",
-             ("tests/test_report_runner.py", "-k", "cache")),
+             ("tests/test_report_runner.py::test_compile_caches_live_under_the_lab_cache_root_unless_set",)),
     # ---- recorded data checked by value (tests/test_recorded_data.py)
     Mutation("data: converged claimed at a spread above 5 %", NAIVE_TIMING, "", "", ("tests/test_recorded_data.py",),
              edit=csv_row_edit("converged", lambda r: "True",
