@@ -111,3 +111,45 @@ def test_the_studies_timing_loops_run_their_grids_on_the_cpu_model(fake_gpu, mon
     gain = tile_scan.measure_gain(["tiled"], [40], [32], gpu="none", B=1, H=1, budget_s=0.1, seed=0,
                                   tuned_tiles={("tiled", 32): tuple(int(x) for x in tile_scan.SEED_DEFAULTS[32])})
     assert len(gain) == 1 and len(ran) == 1 and gain["gain"].iloc[0] == 1.0
+
+
+def test_the_occupancy_scan_and_the_flash_ladder_timing_run_on_the_cpu_model(fake_gpu, monkeypatch):
+    """Notebook 05's live scan (compile, driver query, float64 check, timing) and notebook 08-10's
+    interleaved ladder timing, end to end on the CPU model through timing.time_rows (the sampler
+    replaced by one call of each entry): every configuration and every (kernel, D, N) gets its row,
+    the check really compares against float64, the flash rows carry TFLOP/s from the FLOP model."""
+    import pandas as pd
+
+    from attnlab import flash, occupancy, tile_scan, timing
+
+    cp = fake_gpu
+    monkeypatch.setattr(timing, "time_gpu", lambda fn, budget_s, **kw: (fn(), timing.summarize([2.0] * 3))[1])
+    monkeypatch.setattr(timing, "time_gpu_interleaved",
+                        lambda fns, budget_s, **kw: {n: (f(), timing.summarize([2.0] * 3))[1] for n, f in fns.items()})
+    monkeypatch.setattr(occupancy, "device_arch", lambda: "sm_90")
+    monkeypatch.setattr(occupancy, "kernel_resources",
+                        lambda kern: {"regs": 32, "static_smem": 0, "local_bytes": 0, "max_dynamic_smem_attr": 49152})
+    configs = tile_scan.scan_configs(["tiled"], [32], [1, 2], [8], arch="sm_90")
+    per_config, scan = tile_scan.live_scan(configs, [33, 40], B=1, H=1, budget_s=0.1, seed=0)
+    assert len(per_config) == 2 and (per_config["skipped"] == "").all()
+    assert (per_config["rel_err_fp64"] < attention.get_spec("tiled").rel_tol).all()
+    assert sorted(zip(scan["tile_rows"], scan["N"])) == [(1, 33), (1, 40), (2, 33), (2, 40)]
+    assert timing.timing_problems(scan).empty and (scan["tflops"] > 0).all()
+
+    # the stand-in device array, given torch's new_empty (flash's inputs are torch tensors)
+    monkeypatch.setattr(type(cp.asarray(np.zeros(1))), "new_empty",
+                        lambda self, shape: cp.asarray(np.empty(shape, dtype=self.dtype)), raising=False)
+
+    def inputs(B, H, N, D, dtype, *, seed, logit_scale=1.0):
+        rng = np.random.default_rng(seed)
+        return tuple(cp.asarray(rng.standard_normal((B, H, N, D)).astype(np.float16)) for _ in range(3))
+
+    monkeypatch.setattr(flash, "random_inputs", inputs)
+    import attnlab.env
+
+    monkeypatch.setattr(attnlab.env, "device_name", lambda: "Fake GPU")
+    name = next(n for n in EMULATED if "float16" in attention.get_spec(n).dtypes and 64 in attention.get_spec(n).head_dims)
+    t = flash.time_kernels([name], 1, 1, [48], [64], dtype="float16", references=(), budget_s=0.1)
+    assert list(t["kernel"]) == [name] and t["N"].tolist() == [48] and t["D"].tolist() == [64]
+    assert t["tflops"].iloc[0] == pytest.approx(t["flops"].iloc[0] / 2e-3 / 1e12)
+    assert isinstance(t, pd.DataFrame) and timing.timing_problems(t).empty
