@@ -355,6 +355,9 @@ def test_time_rows_gives_one_tidy_row_per_entry_in_order():
         assert rows[1] == entries[1][0]                       # untimed: nothing added
         assert all(rows[i]["converged"] and rows[i]["repeats"] >= 5 for i in (0, 2))
         assert timing.timing_problems(pd.DataFrame([rows[0], rows[2]])).empty
+    # one number: the same FLOPs for every timed entry, none for the untimed one
+    rows = timing.time_rows(entries, budget_s=1.0, flops=4e9, backend=dev, warmup=1, min_repeats=5)
+    assert [r.get("tflops") for r in rows] == [pytest.approx(2.0), None, pytest.approx(8.0)]
 
 
 def test_time_rows_interleaves_only_when_asked():

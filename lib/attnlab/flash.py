@@ -216,7 +216,7 @@ def time_kernels(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], 
                 continue
             point = dict(dtype=dtype, causal=causal, B=B, H=H, N=N, D=D)
             for row in time_rows(entries, budget_s=budget_s, interleaved=True,
-                                 flops=dict.fromkeys(range(len(entries)), flops)):
+                                 flops=flops):
                 tflops = row.pop("tflops")
                 rows.append(dict(kernel=row.pop("kernel"), step=row.pop("step"), **point, params=row.pop("params"),
                                  **row, flops=flops, tflops=tflops))

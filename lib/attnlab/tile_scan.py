@@ -217,7 +217,7 @@ def live_scan(configs, N_list, *, B: int, H: int, budget_s: float, seed: int, ch
                                 lambda name=name, tr=tr, kv=kv, qkv=(q, k, v), out=out:
                                 run_attention(name, *qkv, tr, kv, out=out)))
             timing += time_rows(entries, budget_s=budget_s,
-                                flops=dict.fromkeys(range(len(entries)), attention_flops(B, H, N, D)))
+                                flops=attention_flops(B, H, N, D))
             del q, k, v, out, ref
     return pd.DataFrame(per_config), pd.DataFrame(timing)
 

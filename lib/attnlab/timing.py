@@ -181,7 +181,7 @@ def time_gpu_interleaved(fns: Mapping[str, Callable[[], object]], *, budget_s: f
 
 
 def time_rows(entries: Iterable[tuple[Mapping[str, Any], Callable[[], object] | None]], *, budget_s: float,
-              interleaved: bool = False, flops: Mapping[int, float] | None = None, **options) -> list[dict]:
+              interleaved: bool = False, flops: float | Mapping[int, float] | None = None, **options) -> list[dict]:
     """The lab's one timing loop, from a grid point's entries to tidy rows.
 
     ``entries`` are ``(columns, fn)`` pairs that share one set of inputs (one point of a study's
@@ -189,10 +189,13 @@ def time_rows(entries: Iterable[tuple[Mapping[str, Any], Callable[[], object] | 
     L2 flush (:func:`time_gpu_interleaved`; ``interleaved``: one sample of every entry per round, so
     they share the device's conditions, else one entry after the other) and gives the row
     ``{**columns, **Timing.row()}``: median, quartiles, extremes, repeats, relative IQR and whether it
-    converged. ``flops`` (entry index -> FLOPs of one call) adds ``tflops``. An entry whose ``fn``
+    converged. ``flops`` (FLOPs of one call: one number for every entry, or entry index -> FLOPs)
+    adds ``tflops``. An entry whose ``fn``
     is None is passed through untimed (its columns say why: a tile over the shared-memory limit).
     ``options`` go to the sampler (warm-up, repeats, target spread)."""
     entries = list(entries)
+    if flops is not None and not isinstance(flops, Mapping):
+        flops = dict.fromkeys(range(len(entries)), float(flops))
     timed = [i for i, (_, fn) in enumerate(entries) if fn is not None]
     found: dict[int, Timing] = {}
     if interleaved and timed:

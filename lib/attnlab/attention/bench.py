@@ -114,7 +114,7 @@ def time_grid(kernels: Sequence[str], B: int, H: int, N_list: Sequence[int], D_l
             entries.append((_point(SDPA, B, H, N, D, 0, 0, "library"),
                             lambda qt=qt, kt=kt, vt=vt: F.scaled_dot_product_attention(qt, kt, vt)))
         flops = attention_flops(B, H, N, D)
-        rows += time_rows(entries, budget_s=budget_s, flops=dict.fromkeys(range(len(entries)), flops))
+        rows += time_rows(entries, budget_s=budget_s, flops=flops)
     df = pd.DataFrame(rows)
     if len(df):
         df["flops"] = attention_flops(B, H, df["N"], df["D"])
