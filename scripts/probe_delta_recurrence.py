@@ -33,10 +33,12 @@ from attnlab.delta import fast
 from attnlab.delta import kernels as dk
 from attnlab.delta.naive import kda_recurrent_fp64
 
-TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split"]   # "cluster" (11) sums gates in another order:
-#                                                              it matches 10 to rounding, not bit for bit
+TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split"]   # 09 and 10 reproduce 08 bit for bit (fast.SAME_AS_08);
+#                                                   11 and 12 sum in another order: they match 08 to rounding
 PROBES = {"10 producers alone (KDA_PROBE=1)": ("lean", {"KDA_PROBE": 1}),
-          "10 consumers alone (KDA_PROBE=2)": ("lean", {"KDA_PROBE": 2})}
+          "10 consumers alone (KDA_PROBE=2)": ("lean", {"KDA_PROBE": 2}),
+          "12 producers alone (KDA_PROBE=1)": ("regs", {"KDA_PROBE": 1}),
+          "12 consumers alone (KDA_PROBE=2)": ("regs", {"KDA_PROBE": 2})}
 NCU_METRICS = (
     "gpu__time_duration.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
@@ -58,8 +60,9 @@ NCU_METRICS = (
 )
 
 
-def correctness(target_T: int) -> pd.DataFrame:
+def correctness(target_T: int, impls=None) -> pd.DataFrame:
     rows = []
+    impls = [i for i in dk.STATE_IMPLS if impls is None or i in impls or i == "split"]
     cases = [dict(B=2, T=T, H=3, K=K, V=K, gate=gate, init=init)
              for K in (64, 128) for T in (1, 17, 333)
              for gate, init in (("logsigmoid", True), ("const", True), ("mixed", False), ("strong", True))]
@@ -70,13 +73,13 @@ def correctness(target_T: int) -> pd.DataFrame:
         ref = kda_recurrent_fp64(**d, output_final_state=True) if small else None
         for bv in dk.SUPPORTED_BV:
             outs = {}
-            for impl in dk.STATE_IMPLS:
+            for impl in impls:
                 plan = dk.prepare_tc(**d, output_final_state=True, bv=bv, check_gate=False, impl=impl)
                 plan.poison()
                 o, s = plan.run()
                 outs[impl] = (o.get(), s.get())
                 del plan
-            for impl in TWO_KERNEL:
+            for impl in [i for i in TWO_KERNEL if i in impls]:
                 same = all(np.array_equal(a, b) for a, b in zip(outs[impl], outs["split"]))
                 row = dict(**c, impl=impl, bv=bv, bitwise_eq_08=same)
                 if ref is not None:
@@ -85,13 +88,13 @@ def correctness(target_T: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def latency(T_list, budget: float, with_fla: bool) -> pd.DataFrame:
+def latency(T_list, budget: float, with_fla: bool, impls=None) -> pd.DataFrame:
     B, H, K, V = 2, 16, 128, 128
     rows = []
     chunk_kda = db.fla_functions()[0] if with_fla else None
     for T in T_list:
         _, d = db.device_inputs(B, T, H, K, V, seed=T)
-        for impl in TWO_KERNEL:
+        for impl in [i for i in TWO_KERNEL if impls is None or i in impls]:
             for bv in dk.SUPPORTED_BV:      # every value-block width, not only the launcher's default
                 p = dk.prepare_tc(**d, check_gate=False, impl=impl, bv=bv)
                 rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}", config=f"BV={p.bv}", T=T))
@@ -103,13 +106,16 @@ def latency(T_list, budget: float, with_fla: bool) -> pd.DataFrame:
                 del p
         tb = fast.bf16_inputs(d)
         if tb is not None:
-            for bv in dk.SUPPORTED_BV:
-                p = dk.prepare_tc(**tb, check_gate=False, impl=fast.BEST_IMPL, bv=bv)
-                rows.append(db._timed(p.run, budget, implementation=f"07 + {fast.BEST_IMPL}, bf16 I/O",
-                                      config=f"BV={p.bv}", T=T))
-                del p
+            for impl in [i for i in dk.BF16_IMPLS if impls is None or i in impls]:
+                for bv in dk.SUPPORTED_BV:
+                    p = dk.prepare_tc(**tb, check_gate=False, impl=impl, bv=bv)
+                    rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}, bf16 I/O",
+                                          config=f"BV={p.bv}", T=T))
+                    del p
             del tb
         for label, (impl, defines) in PROBES.items():
+            if impls is not None and impl not in impls:
+                continue
             p = dk.prepare_tc(**d, check_gate=False, impl=impl, defines=defines)
             rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget, implementation=label, config=f"BV={p.bv}", T=T))
             del p
@@ -189,6 +195,8 @@ def main() -> None:
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--skip-correctness", action="store_true")
     ap.add_argument("--ncu", action="store_true")
+    ap.add_argument("--impls", nargs="+", default=None, help="only these recurrence impls (default: all)")
+    ap.add_argument("--no-phases", action="store_true", help="skip kernel 10's clock stamps")
     ap.add_argument("--stages-only", action="store_true", help="only 07 and 10 alone, fp32 and bf16 I/O (and --ncu)")
     a = ap.parse_args()
     out = Path(a.out)
@@ -198,16 +206,17 @@ def main() -> None:
         st.to_csv(out / "stage_latency.csv", index=False)
         print(st.to_string(), flush=True)
     if not a.skip_correctness and not a.stages_only:
-        c = correctness(max(a.T))
+        c = correctness(max(a.T), a.impls)
         c.to_csv(out / "state_correctness.csv", index=False)
         print(c.to_string(), flush=True)
-        print("all bitwise equal to 07 -> 08 (bar 11):", bool(c[c["impl"] != "cluster"]["bitwise_eq_08"].all()),
+        print("09, 10 bitwise equal to 07 -> 08:", bool(c[c["impl"].isin(fast.SAME_AS_08)]["bitwise_eq_08"].all()),
               " worst rel err o:", c["rel_err_o"].max(), " state:", c["rel_err_state"].max(), flush=True)
     if not a.stages_only:
-        ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096)   # notebook 13's clock-stamp table
-        ph.to_csv(out / "state_phases.csv", index=False)
-        print(fast.phase_summary(ph).to_string(), flush=True)
-        lat = latency(a.T, a.budget, not a.no_fla)
+        if not a.no_phases:
+            ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096)   # notebook 13's clock-stamp table
+            ph.to_csv(out / "state_phases.csv", index=False)
+            print(fast.phase_summary(ph).to_string(), flush=True)
+        lat = latency(a.T, a.budget, not a.no_fla, a.impls)
         lat.to_csv(out / "state_latency.csv", index=False)
         print(lat.to_string(), flush=True)
     if a.ncu:

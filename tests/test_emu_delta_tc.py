@@ -91,7 +91,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     ref_o, ref_s = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], scale, x.get("initial_state"), True)
     read = lambda name, shape: np.fromfile(tmp_path / name, np.float32).reshape(shape)
     out = {}
-    for tag, label in (("fz", "06"), ("ts", "07->08"), ("ws", "07->09"), ("ln", "07->10")):
+    for tag, label in (("fz", "06"), ("ts", "07->08"), ("ws", "07->09"), ("ln", "07->10"), ("rg", "07->12")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         out[tag] = (o, s)
         assert rel(o, ref_o) < TOL, f"{label}: o error {rel(o, ref_o):.2e}"
@@ -109,9 +109,10 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     xb = {n: round_bf16(np.asarray(x[n], np.float32)) for n in ("q", "k", "v", "g", "beta")}
     ref_ob, ref_sb = kda_recurrent_fp64(xb["q"], xb["k"], xb["v"], xb["g"], xb["beta"], scale,
                                         x.get("initial_state"), True)
-    o, s = read("bf_o", (B, T, H, V)), read("bf_ht", (B, H, K, V))
-    assert rel(o, round_bf16(ref_ob.astype(np.float32))) < BF16_O_TOL, f"bf16 I/O: o error {rel(o, ref_ob):.2e}"
-    assert rel(s, ref_sb) < TOL, f"bf16 I/O: final state error {rel(s, ref_sb):.2e}"
+    for tag, label in (("bf", "07->10"), ("rb", "07->12")):
+        o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
+        assert rel(o, round_bf16(ref_ob.astype(np.float32))) < BF16_O_TOL, f"{label} bf16 I/O: o error {rel(o, ref_ob):.2e}"
+        assert rel(s, ref_sb) < TOL, f"{label} bf16 I/O: final state error {rel(s, ref_sb):.2e}"
 
 
 # ----------------------------------------------------------------------------- the launch path on the CPU
@@ -252,8 +253,10 @@ def test_phase_stamps_cover_kernel_10_and_summarise():
     from attnlab.delta import fast
     from attnlab.delta import kernels as dk
 
-    src = (ROOT / "kernels" / dk.delta_kernel("10").source).read_text()
-    producer, consumer = src.split("// ==================================================== consumers")
+    # 10's producers live in lean_producer.cuh (shared with 12), its consumers in its own file
+    producer = (ROOT / "kernels" / "delta" / "lean_producer.cuh").read_text()
+    consumer = (ROOT / "kernels" / dk.delta_kernel("10").source).read_text().split(
+        "// ==================================================== consumers")[1]
     for role, text in (("producer", producer), ("consumer", consumer)):
         stamps = sorted(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", text))
         assert stamps == list(range(7)), (role, stamps)

@@ -1,4 +1,4 @@
-// Runs kernels/delta/06_chunk_fused_tc.cu and 07 -> 08, 09, 10, 11 on the CPU model of
+// Runs kernels/delta/06_chunk_fused_tc.cu and 07 -> 08, 09, 10, 11, 12 on the CPU model of
 // tests/ladder_emu/ladder_emu.h (which defers every cp.async copy to the wait that retires it,
 // models the tensor core's bf16 MMA with its fp32 accumulation, and runs a cluster's blocks
 // together), for one compile-time configuration.
@@ -7,8 +7,9 @@
 // Run:   harness_06 DIR B T H SCALE HAS_H0
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes fz_o, fz_ht (06, one
 // kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09), ln_o, ln_ht (07 then 10) and
-// cl_o, cl_ht (07 then 11, a cluster per head), bf_o, bf_ht (07 then 10 with bf16 inputs and
-// output: the inputs rounded to bf16 here) there.
+// cl_o, cl_ht (07 then 11, a cluster per head), rg_o, rg_ht (07 then 12), bf_o, bf_ht and rb_o,
+// rb_ht (07 then 10 and 07 then 12 with bf16 inputs and output: the inputs rounded to bf16 here)
+// there.
 #include "../ladder_emu/kda_hooks.h"
 
 #include "delta/06_chunk_fused_tc.cu"
@@ -17,6 +18,7 @@
 #include "delta/09_chunk_state_ws.cu"
 #include "delta/10_chunk_state_lean.cu"
 #include "delta/11_chunk_state_cluster.cu"
+#include "delta/12_chunk_state_regs.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -86,6 +88,16 @@ int main(int argc, char** argv) {
     write_f32(dir + "/cl_o", o7);
     write_f32(dir + "/cl_ht", ht7);
 
+    // 07 -> 12: the state in the consumers' registers
+    std::vector<float> o8(nv, nan), ht8(ns, nan);
+    using LR = KdaRegsLayout<K, V, C, BV>;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LR::NTH, (size_t)(LR::WORDS * 4), [&] {
+        kda_chunk_state_regs<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
+                                          has_h0 ? h0.data() : nullptr, o8.data(), ht8.data(), T, H, scale);
+    });
+    write_f32(dir + "/rg_o", o8);
+    write_f32(dir + "/rg_ht", ht8);
+
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {
         std::vector<unsigned short> y(x.size());
@@ -107,5 +119,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/bf_o", o6);
     write_f32(dir + "/bf_ht", ht6);
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::vector<float> ht9(ns, nan);
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LR::NTH, (size_t)(LR::WORDS * 4), [&] {
+        kda_chunk_state_regs<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab.data(),
+                                                has_h0 ? h0.data() : nullptr, ob.data(), ht9.data(), T, H, scale);
+    });
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/rb_o", o6);
+    write_f32(dir + "/rb_ht", ht9);
     return 0;
 }

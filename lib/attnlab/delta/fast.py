@@ -25,7 +25,7 @@ from .naive import kda_recurrent_fp64
 REL_ERR_BOUND = REL_ERR_TARGET
 #: the implementations timed, in ladder order: (label, impl for prepare_tc or None, steps)
 TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")),
-            ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")))
+            ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")))
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O path (07 -> 10 with bf16 q, k, v, g, beta and o; fp32 arithmetic and state)

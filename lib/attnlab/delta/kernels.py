@@ -9,8 +9,9 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (tensor cores, 3xTF32; chunks of 16/32/64 on sm_80+) or ``04_chunk_state.cu`` (fp32 FMAs, any
   chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``;
 * :func:`kda_tc` — tensor cores with 3xBF16 products, chunks of 32, sm_80+ (notebook 13):
-  ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``09``
-  (``"ws"``) or → ``08`` (``"split"``); or ``06_chunk_fused_tc.cu`` alone (``"fused"``).
+  ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``12``
+  (``"regs"``), → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
+  ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
 Every kernel is a step of :data:`DELTA_KERNELS`, the family's registry.
 
@@ -53,7 +54,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (07 -> 10 only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean",)
+BF16_IMPLS = ("lean", "regs")
 
 
 # ----------------------------------------------------------------------------- registry
@@ -96,11 +97,14 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "recurrence, P1 shared by a cluster", 90,
                 "10 with a head's value blocks as one cluster, each building P1 for its share of the channels "
                 "into every block's shared memory (DSMEM)"),
+    DeltaKernel("12", "delta/12_chunk_state_regs.cu", "kda_chunk_state_regs", "tc", "recurrence, state in registers",
+                80, "10's producers; each consumer warp keeps 16 value columns of the state in registers as the MMAs' "
+                "A operand and runs a chunk's products with no barrier"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
@@ -540,6 +544,18 @@ def cluster_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return lean_smem_words(K, V, BV, C) - (WS_THREADS - 256) // (K // 2) * K + (C // 2) * (K // NB)
 
 
+def regs_threads(BV: int) -> int:
+    """Block size of ``kda_chunk_state_regs`` (12): a consumer warp per 16 value columns, eight producers."""
+    return 32 * (BV // 16 + 8)
+
+
+def regs_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_regs`` (12) in words (mirrors ``KdaRegsLayout``):
+    10's without the consumers' S^T, X^T and V'^T arrays (12 keeps them in registers)."""
+    LK, LC = K // 2 + 4, C // 2 + 4
+    return lean_smem_words(K, V, BV, C) - 2 * BV * LK - 4 * BV * LC
+
+
 def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
     """07's output, 08's input: per (b, h, chunk) T hi, T lo, Aqk hi, Aqk lo as C x C/2 words."""
     return (B, H, -(-T // C), 4, C, C // 2)
@@ -590,6 +606,7 @@ class TcPlan:
             return {"fused": dict(grid=(V // self.bv, H, B), block=(FUSED_THREADS, 1, 1),
                                   smem=4 * fused_smem_words(K, V, self.bv))}
         _, _, threads, words = STATE_IMPLS[self.impl]
+        threads = threads(self.bv) if callable(threads) else threads
         state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1), smem=4 * words(K, V, self.bv))
         return {"prep": dict(grid=(NC, H, B), block=(FUSED_THREADS, 1, 1), smem=4 * prep_smem_words(K)),
                 "state": state}
@@ -632,6 +649,7 @@ class TcPlan:
 STATE_IMPLS = {
     "cluster": (CLUSTER_SRC, "kda_chunk_state_cluster", WS_THREADS, cluster_smem_words),
     "lean": (LEAN_SRC, "kda_chunk_state_lean", WS_THREADS, lean_smem_words),
+    "regs": (REGS_SRC, "kda_chunk_state_regs", regs_threads, regs_smem_words),
     "ws": (WS_SRC, "kda_chunk_state_ws", WS_THREADS, ws_smem_words),
     "split": (ONCHIP_SRC, "kda_chunk_state_onchip", FUSED_THREADS, onchip_smem_words),
 }
@@ -645,13 +663,13 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     """Validate, allocate and compile once; ``run()`` only launches (07 -> 10, 07 -> 09, 07 -> 08, or
     06). ``defines`` go to the recurrence kernel's compiler (probe builds only).
 
-    bf16 I/O: q, k, v, g, beta given as torch bfloat16 tensors select 07 -> 10 with bf16 loads and a
-    bf16 o (the arithmetic, the initial and the final state stay fp32)."""
+    bf16 I/O: q, k, v, g, beta given as torch bfloat16 tensors select bf16 loads and a bf16 o in 07
+    and the recurrence (10 or 12; the arithmetic, the initial and the final state stay fp32)."""
     if impl not in SUPPORTED_TC_IMPL:
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {' or '.join(map(repr, BF16_IMPLS))} only (07 -> 10), got "
+        raise ValueError(f"bf16 inputs run on impl {' or '.join(map(repr, BF16_IMPLS))} only (07 -> 10 or 12), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     import cupy as cp
 
@@ -695,9 +713,10 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
            output_final_state: bool = False, bv: int | None = None, impl: str = DEFAULT_TC_IMPL):
     """Chunked KDA on tensor cores with 3xBF16 products (fp32 in and out, fp32-class accuracy):
-    07 -> 10 (``impl="lean"``, default), 07 -> 09 (``"ws"``), 07 -> 08 (``"split"``) or 06
-    (``"fused"``). Returns CuPy ``(o, final_state or None)``. With torch bfloat16 q, k, v, g, beta
-    (07 -> 10 only): o is a torch bfloat16 tensor, the final state a CuPy float32 array."""
+    07 -> 10 (``impl="lean"``, default), 07 -> 12 (``"regs"``), 07 -> 11 (``"cluster"``), 07 -> 09
+    (``"ws"``), 07 -> 08 (``"split"``) or 06 (``"fused"``). Returns CuPy ``(o, final_state or None)``.
+    With torch bfloat16 q, k, v, g, beta (07 -> 10 or 12): o is a torch bfloat16 tensor, the final
+    state a CuPy float32 array."""
     return prepare_tc(q, k, v, g, beta, scale, initial_state, output_final_state, bv, impl=impl).run()
 
 
@@ -742,6 +761,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((WS_SRC, "kda_chunk_state_ws", (K, V, FUSED_CHUNK, bv)))
             out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv, False)))
             out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
+            out.append((REGS_SRC, "kda_chunk_state_regs", (K, V, FUSED_CHUNK, bv, False)))
+            out.append((REGS_SRC, "kda_chunk_state_regs", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
     if "cluster" in forms and tensor_cores:
         out += [(CLUSTER_SRC, "kda_chunk_state_cluster", (K, V, FUSED_CHUNK, bv)) for bv in bvs if V // bv <= 8]
     return out
