@@ -165,6 +165,8 @@ DELTA_NOTEBOOKS = {
         ("10 recurrence (lean producers)", "10", dict(impl="lean", stages=(2,))),
         ("10 recurrence, bf16 I/O", "10", dict(impl="lean", stages=(2,), io="bf16")),
         ("11 recurrence (cluster, DSMEM)", "11", dict(impl="cluster", stages=(2,))),
+        ("12 recurrence (state in registers)", "12", dict(impl="regs", stages=(2,))),
+        ("12 recurrence, two roles", "12", dict(impl="regs2", stages=(2,))),
     ),
 }
 DELTA_B, DELTA_H, DELTA_T, DELTA_K = 2, 16, 4096, 128

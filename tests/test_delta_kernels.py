@@ -189,7 +189,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
                "kda_chunk_state_tc": 2 * args[0], "kda_chunk_fused": dk.FUSED_THREADS,
                "kda_chunk_prep": 3 * dk.FUSED_THREADS, "kda_chunk_state_onchip": dk.FUSED_THREADS,
                "kda_chunk_state_ws": dk.WS_THREADS, "kda_chunk_state_lean": dk.WS_THREADS,
-               "kda_chunk_state_cluster": dk.WS_THREADS, "kda_chunk_state_regs": dk.regs_threads(args[3]) if len(args) > 3 else 0}[function]
+               "kda_chunk_state_cluster": dk.WS_THREADS, "kda_chunk_state_regs": dk.regs_threads(args[3], args[5] if len(args) > 5 else 1) if len(args) > 3 else 0}[function]
     assert r.registers * threads <= 65536
     if function == "kda_chunk_state":
         assert "ld.shared.v4.f32" in r.ptx, "the state pass should read shared memory as float4"
@@ -251,7 +251,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean' or 'regs' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean' or 'regs' or 'regs2' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):

@@ -91,7 +91,8 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     ref_o, ref_s = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], scale, x.get("initial_state"), True)
     read = lambda name, shape: np.fromfile(tmp_path / name, np.float32).reshape(shape)
     out = {}
-    for tag, label in (("fz", "06"), ("ts", "07->08"), ("ws", "07->09"), ("ln", "07->10"), ("rg", "07->12")):
+    for tag, label in (("fz", "06"), ("ts", "07->08"), ("ws", "07->09"), ("ln", "07->10"), ("rg", "07->12"),
+                       ("r2", "07->12 (two roles)")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         out[tag] = (o, s)
         assert rel(o, ref_o) < TOL, f"{label}: o error {rel(o, ref_o):.2e}"
@@ -99,6 +100,9 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     for tag, label in (("ws", "09"), ("ln", "10")):
         assert np.array_equal(out[tag][0], out["ts"][0]) and np.array_equal(out[tag][1], out["ts"][1]), \
             f"{label} must reproduce 08 bit for bit"
+    # 12 with two roles runs 12's arithmetic, operation for operation, split over two warps
+    assert np.array_equal(out["r2"][0], out["rg"][0]) and np.array_equal(out["r2"][1], out["rg"][1]), \
+        "12 with two consumer roles must reproduce 12 bit for bit"
     # 11 (a head's value blocks as one cluster) sums the gates in other groups: 10 to rounding
     o, s = read("cl_o", (B, T, H, V)), read("cl_ht", (B, H, K, V))
     assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"07->11: errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"

@@ -21,16 +21,22 @@
 // hand-over. Two consumer warps (BV = 32) instead of eight leave the SM's issue slots and its
 // shared-memory pipe to the producers, which are 10's, unchanged (lean_producer.cuh).
 //
+// ROLES = 2 gives each 16-column slice two consumer warps with one copy of the state each: role 0
+// computes X and V' (S^T Kbg^T, then T), hands V' to role 1 through shared memory (a named barrier
+// per slice) and updates its state; role 1 computes S^T Qg^T, waits for V', finishes O, stores o and
+// updates its own copy of the state with the same fragments (the copies stay bit-identical). Each
+// warp's chain shrinks from about 336 to 210 MMAs per chunk, for one hand-over.
+//
 // The products are 3xBF16 as in 06-10 (fp32-class accuracy); the summation order differs from
 // 10's, so 12 agrees with 10 to rounding, not bit for bit.
 //
 // Requires sm_80+ (bf16 mma.sync, ldmatrix, cp.async, named barriers).
 #include "lean_producer.cuh"
 
-template <int K, int V, int C, int BV>
+template <int K, int V, int C, int BV, int ROLES = 1>
 struct KdaRegsLayout : KdaLeanBuffer<K, C, BV> {
     using P = KdaLeanBuffer<K, C, BV>;
-    static constexpr int NWC = BV / 16, NWP = 8;   // consumer warps (16 value columns each), producers
+    static constexpr int NWC = ROLES * BV / 16, NWP = 8;   // consumer warps (ROLES per 16 columns), producers
     static constexpr int NCT = 32 * NWC, NPT = 32 * NWP, NTH = NCT + NPT;
     static constexpr int LK = P::LK, LC = P::LC;
     static constexpr int NQ = NPT / (K / 2);       // producer row groups
@@ -38,7 +44,9 @@ struct KdaRegsLayout : KdaLeanBuffer<K, C, BV> {
     static constexpr int OFF_PB = OFF_V + C * BV;            // two KdaLeanBuffers
     static constexpr int OFF_TOT = OFF_PB + 2 * P::PB_WORDS; // producers' group gate sums [NQ][K]
     static constexpr int OFF_BETA = OFF_TOT + NQ * K;        // beta [C]
-    static constexpr int WORDS = OFF_BETA + C;
+    // ROLES = 2: V'^T's split A fragments from role 0 to role 1, [chunk parity][slice][16 words][lane]
+    static constexpr int OFF_VX = OFF_BETA + C;
+    static constexpr int WORDS = OFF_VX + (ROLES == 2 ? 2 * (BV / 16) * 16 * 32 : 0);
 };
 
 // A fragments (hi, lo) of the m16n8k16 step over columns 16 kk .. 16 kk + 15 of a 16-row matrix
@@ -51,8 +59,88 @@ static __device__ __forceinline__ void acc_to_a_split(const float (&t0)[4], cons
     split_bf16x2(t1[2], t1[3], ah[3], al[3]);
 }
 
-template <int K, int V, int C, int BV, bool BF = false>   // BF: q, k, v, g, beta and o in bf16
-__global__ void __launch_bounds__(KdaRegsLayout<K, V, C, BV>::NTH, 1)
+// P^T = S^T [Kbg; Qg]^T for one warp: px += S^T Kbg^T (DX), po += S^T Qg^T (DO), two accumulators per
+// tile (k-step parity) to halve the MMA dependency chains. B fragments: two n8 token tiles per ldmatrix.
+template <bool DX, bool DO, int K, int C, int LK, int NPAR = 2>
+static __device__ __forceinline__ void regs_p_product(const float (&st)[K / 8][4], const unsigned* KbH,
+                                                      const unsigned* KbL, const unsigned* QgH, const unsigned* QgL,
+                                                      float (&px)[2][C / 8][4], float (&po)[2][C / 8][4], int lane) {
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+        unsigned ah[4], al[4];
+        acc_to_a_split(st[2 * kk], st[2 * kk + 1], ah, al);
+#pragma unroll
+        for (int p = 0; p < C / 16; ++p) {   // 16 tokens of Kbg and of Qg: two n8 tiles each
+            unsigned bh[4], bl[4];
+            if constexpr (DX) {
+                ldm_b16x2(KbH + p * 16 * LK + kk * 8, LK, lane, bh);
+                ldm_b16x2(KbL + p * 16 * LK + kk * 8, LK, lane, bl);
+                mma_3xbf16_half(px[kk % NPAR][2 * p], ah, al, bh, bl, 0);
+                mma_3xbf16_half(px[kk % NPAR][2 * p + 1], ah, al, bh, bl, 1);
+            }
+            if constexpr (DO) {
+                ldm_b16x2(QgH + p * 16 * LK + kk * 8, LK, lane, bh);
+                ldm_b16x2(QgL + p * 16 * LK + kk * 8, LK, lane, bl);
+                mma_3xbf16_half(po[kk % NPAR][2 * p], ah, al, bh, bl, 0);
+                mma_3xbf16_half(po[kk % NPAR][2 * p + 1], ah, al, bh, bl, 1);
+            }
+        }
+    }
+}
+
+// S'^T = S^T diag(2^G_L) + V'^T Kd for one warp's 16 value columns: Kd^T's rows (channels, 16-byte
+// chunks swizzled by kdt_word) are the B operand, two n8 channel tiles per ldmatrix.
+template <int K, int C, int LC>
+static __device__ __forceinline__ void regs_update_state(float (&st)[K / 8][4], const unsigned (&vah)[C / 16][4],
+                                                         const unsigned (&val)[C / 16][4], const unsigned* KdH,
+                                                         const unsigned* KdL, const float* sGL, int lane) {
+    const int t4 = lane % 4;
+#pragma unroll
+    for (int j = 0; j < K / 8; ++j) {
+        const float d0 = sGL[8 * j + 2 * t4], d1 = sGL[8 * j + 2 * t4 + 1];
+        st[j][0] *= d0; st[j][1] *= d1;
+        st[j][2] *= d0; st[j][3] *= d1;
+    }
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) {
+#pragma unroll
+        for (int p = 0; p < K / 16; ++p) {
+            unsigned bh[4], bl[4];
+            const int r = p * 16 + (lane >> 4) * 8 + (lane & 7);
+            const int w = kdt_word<LC>(r, kk * 8 + ((lane >> 3) & 1) * 4);
+            ldmatrix_x4(bh, KdH + w);
+            ldmatrix_x4(bl, KdL + w);
+            mma_3xbf16_half(st[2 * p], vah[kk], val[kk], bh, bl, 0);
+            mma_3xbf16_half(st[2 * p + 1], vah[kk], val[kk], bh, bl, 1);
+        }
+    }
+}
+
+// O^T = (Qg S)^T + V'^T Aqk^T for one warp (Aqk is lower triangular, its diagonal included).
+template <int C, int LC>
+static __device__ __forceinline__ void regs_output(float (&ot)[C / 8][4], const float (&po)[2][C / 8][4],
+                                                   const unsigned (&vah)[C / 16][4], const unsigned (&val)[C / 16][4],
+                                                   const unsigned* AqH, const unsigned* AqL, int lane) {
+#pragma unroll
+    for (int j = 0; j < C / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ot[j][e] = po[0][j][e] + po[1][j][e];
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) {
+#pragma unroll
+        for (int p = kk; p < C / 16; ++p) {
+            unsigned bh[4], bl[4];
+            ldm_b16x2(AqH + p * 16 * LC + kk * 8, LC, lane, bh);
+            ldm_b16x2(AqL + p * 16 * LC + kk * 8, LC, lane, bl);
+            mma_3xbf16_half(ot[2 * p], vah[kk], val[kk], bh, bl, 0);
+            mma_3xbf16_half(ot[2 * p + 1], vah[kk], val[kk], bh, bl, 1);
+        }
+    }
+}
+
+// BF: q, k, v, g, beta and o in bf16; ROLES: consumer warps per 16 value columns (1 or 2)
+template <int K, int V, int C, int BV, bool BF = false, int ROLES = 1>
+__global__ void __launch_bounds__(KdaRegsLayout<K, V, C, BV, ROLES>::NTH, 1)
 kda_chunk_state_regs(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                      const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
                      const typename KdaIn<BF>::T* __restrict__ beta,
@@ -61,13 +149,17 @@ kda_chunk_state_regs(const typename KdaIn<BF>::T* __restrict__ q, const typename
                      typename KdaIn<BF>::T* __restrict__ o,    // [B,T,H,V]
                      float* __restrict__ ht,                   // [B,H,K,V] fp32, or nullptr
                      int T, int H, float scale) {
-    using L = KdaRegsLayout<K, V, C, BV>;
+    using L = KdaRegsLayout<K, V, C, BV, ROLES>;
     static_assert(C == 32, "07 hands over T and Aqk for chunks of 32");
+    static_assert(ROLES == 1 || ROLES == 2, "one or two consumer warps per 16 value columns");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
     constexpr int NCT = L::NCT, NTH = L::NTH, LK = L::LK, LC = L::LC;
     constexpr int NKT = K / 8;        // the state's n8 tiles (channels) per warp
     constexpr int NCT8 = C / 8;       // n8 tiles over a chunk's tokens
     constexpr int BAR_FULL = KdaLeanBars::FULL, BAR_EMPTY = KdaLeanBars::EMPTY;
+    // ROLES = 2, role 0 -> role 1 of a slice: + 2 slice + chunk parity (role 0 can run a chunk ahead
+    // of role 1, never two: chunk n + 2's FULL needs role 1's EMPTY arrival for chunk n)
+    constexpr int BAR_PAIR = KdaLeanBars::EMPTY + 2;
 
     KDA_DYNAMIC_SHARED(smem_f);
     if (kda_dynamic_smem_size() < (unsigned)(L::WORDS * 4)) __trap();
@@ -99,8 +191,11 @@ kda_chunk_state_regs(const typename KdaIn<BF>::T* __restrict__ q, const typename
         return;
     }
 
-    // ==================================================== consumers: one warp per 16 value columns
-    const int vw = 16 * warp;                 // this warp's first column within the block
+    // ==================================================== consumers: ROLES warps per 16 value columns
+    const int slice = warp / ROLES, role = warp % ROLES;
+    const bool x_path = ROLES == 1 || role == 0;
+    unsigned* const vx = reinterpret_cast<unsigned*>(smem_f) + L::OFF_VX + slice * 16 * 32 + lane;
+    const int vw = 16 * slice;                // this warp's first column within the block
     const int col_a = v0 + vw + g8, col_b = col_a + 8;   // the two value columns of this lane's rows
     // st[j] = S^T rows (g8, g8 + 8) x channels 8 j + 2 t4, + 1: the state, fp32, for the whole pass
     float st[NKT][4];
@@ -131,27 +226,20 @@ kda_chunk_state_regs(const typename KdaIn<BF>::T* __restrict__ q, const typename
         }
         KDA_STAMP(1);
         // ------------------------------------------------ P^T = S^T [Kbg; Qg]^T
-        // two accumulators per tile (k-step parity) halve the MMA dependency chains
         float px[2][NCT8][4] = {}, po[2][NCT8][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < K / 16; ++kk) {
-            unsigned ah[4], al[4];
-            acc_to_a_split(st[2 * kk], st[2 * kk + 1], ah, al);
-#pragma unroll
-            for (int p = 0; p < NCT8 / 2; ++p) {   // 16 tokens of Kbg and of Qg: two n8 tiles each
-                unsigned bh[4], bl[4];
-                ldm_b16x2(KbH + p * 16 * LK + kk * 8, LK, lane, bh);
-                ldm_b16x2(KbL + p * 16 * LK + kk * 8, LK, lane, bl);
-                mma_3xbf16_half(px[kk & 1][2 * p], ah, al, bh, bl, 0);
-                mma_3xbf16_half(px[kk & 1][2 * p + 1], ah, al, bh, bl, 1);
-                ldm_b16x2(QgH + p * 16 * LK + kk * 8, LK, lane, bh);
-                ldm_b16x2(QgL + p * 16 * LK + kk * 8, LK, lane, bl);
-                mma_3xbf16_half(po[kk & 1][2 * p], ah, al, bh, bl, 0);
-                mma_3xbf16_half(po[kk & 1][2 * p + 1], ah, al, bh, bl, 1);
-            }
+        if constexpr (ROLES == 1) {
+            regs_p_product<true, true, K, C, LK>(st, KbH, KbL, QgH, QgL, px, po, lane);
+        } else if (role == 0) {   // branch outside the unrolled loop: one set of accumulators live
+            regs_p_product<true, false, K, C, LK>(st, KbH, KbL, QgH, QgL, px, po, lane);
+        } else {                  // role 1 accumulates Qg S in px's registers (one array per warp)
+            regs_p_product<false, true, K, C, LK>(st, KbH, KbL, QgH, QgL, px, px, lane);
         }
+        float (&pq)[2][NCT8][4] = ROLES == 1 ? po : px;   // Qg S, wherever this warp accumulated it
         KDA_STAMP(2);
         // ------------------------------------------------ X^T = (beta v)^T - (Kbg S)^T;  V'^T = X^T T^T
+        unsigned vah[C / 16][4], val[C / 16][4];   // V'^T as A fragments, for O and the state
+        unsigned* const vxn = vx + (n & 1) * (BV / 16) * 16 * 32;
+        if (x_path) {
         float x[NCT8][4];
 #pragma unroll
         for (int j = 0; j < NCT8; ++j) {
@@ -176,47 +264,44 @@ kda_chunk_state_regs(const typename KdaIn<BF>::T* __restrict__ q, const typename
                 mma_3xbf16_half(vp[2 * p + 1], ah, al, bh, bl, 1);
             }
         }
-        unsigned vah[C / 16][4], val[C / 16][4];   // V'^T as A fragments, for O and the state
 #pragma unroll
         for (int kk = 0; kk < C / 16; ++kk) acc_to_a_split(vp[2 * kk], vp[2 * kk + 1], vah[kk], val[kk]);
+        if constexpr (ROLES == 2) {   // to role 1: this lane's 16 fragment words, lane-contiguous
+#pragma unroll
+            for (int kk = 0; kk < C / 16; ++kk)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    vxn[(8 * kk + e) * 32] = vah[kk][e];
+                    vxn[(8 * kk + 4 + e) * 32] = val[kk][e];
+                }
+            named_bar_arrive(BAR_PAIR + 2 * slice + (n & 1), 64);
+        }
+        } else {   // role 1 of ROLES = 2: V' from role 0 (buffer n & 1 is rewritten only after this
+                   // warp's EMPTY arrival for chunk n, which the producers wait for before chunk n + 2)
+            named_bar_sync(BAR_PAIR + 2 * slice + (n & 1), 64);
+#pragma unroll
+            for (int kk = 0; kk < C / 16; ++kk)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    vah[kk][e] = vxn[(8 * kk + e) * 32];
+                    val[kk][e] = vxn[(8 * kk + 4 + e) * 32];
+                }
+        }
         KDA_STAMP(3);
         // ------------------------------------------------ S'^T = S^T diag(2^G_L) + V'^T Kd
-#pragma unroll
-        for (int j = 0; j < NKT; ++j) {
-            const float d0 = sGL[8 * j + 2 * t4], d1 = sGL[8 * j + 2 * t4 + 1];
-            st[j][0] *= d0; st[j][1] *= d1;
-            st[j][2] *= d0; st[j][3] *= d1;
-        }
-#pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk) {
-#pragma unroll
-            for (int p = 0; p < NKT / 2; ++p) {   // 16 channels: two n8 tiles, Kd^T rows (swizzled)
-                unsigned bh[4], bl[4];
-                const int r = p * 16 + (lane >> 4) * 8 + (lane & 7);
-                const int w = kdt_word<LC>(r, kk * 8 + ((lane >> 3) & 1) * 4);
-                ldmatrix_x4(bh, KdH + w);
-                ldmatrix_x4(bl, KdL + w);
-                mma_3xbf16_half(st[2 * p], vah[kk], val[kk], bh, bl, 0);
-                mma_3xbf16_half(st[2 * p + 1], vah[kk], val[kk], bh, bl, 1);
-            }
-        }
-        KDA_STAMP(4);
-        // ------------------------------------------------ O^T = (Qg S)^T + V'^T Aqk^T -> o
         float ot[NCT8][4];
-#pragma unroll
-        for (int j = 0; j < NCT8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) ot[j][e] = po[0][j][e] + po[1][j][e];
-#pragma unroll
-        for (int kk = 0; kk < C / 16; ++kk) {
-#pragma unroll
-            for (int p = kk; p < NCT8 / 2; ++p) {   // Aqk is lower triangular too (diagonal included)
-                unsigned bh[4], bl[4];
-                ldm_b16x2(AqH + p * 16 * LC + kk * 8, LC, lane, bh);
-                ldm_b16x2(AqL + p * 16 * LC + kk * 8, LC, lane, bl);
-                mma_3xbf16_half(ot[2 * p], vah[kk], val[kk], bh, bl, 0);
-                mma_3xbf16_half(ot[2 * p + 1], vah[kk], val[kk], bh, bl, 1);
-            }
+        if constexpr (ROLES == 1) {   // the state first: it is what the next chunk waits for
+            regs_update_state<K, C, LC>(st, vah, val, KdH, KdL, sGL, lane);
+            KDA_STAMP(4);
+            regs_output<C, LC>(ot, pq, vah, val, AqH, AqL, lane);
+        } else if (role == 0) {
+            regs_update_state<K, C, LC>(st, vah, val, KdH, KdL, sGL, lane);
+            if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), NTH);   // buffer n & 1 is free
+            continue;
+        } else {                      // role 1: O first, so that Qg S's accumulators die before the update
+            regs_output<C, LC>(ot, pq, vah, val, AqH, AqL, lane);
+            KDA_STAMP(4);
+            regs_update_state<K, C, LC>(st, vah, val, KdH, KdL, sGL, lane);
         }
         if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), NTH);   // buffer n & 1 is free
         // o[t][v]: a lane holds tokens (2 t4, 2 t4 + 1) of value columns g8 and g8 + 8; swapping
@@ -239,7 +324,7 @@ kda_chunk_state_regs(const typename KdaIn<BF>::T* __restrict__ q, const typename
     }
 
     if (KDA_PROBE == 3) return;   // the stamps live where ht would be written
-    if (ht) {
+    if (ht && x_path) {   // (ROLES = 2: role 1's copy of the state is the same)
 #pragma unroll
         for (int j = 0; j < NKT; ++j) {
             const int c0 = 8 * j + 2 * t4;

@@ -7,7 +7,8 @@
 // Run:   harness_06 DIR B T H SCALE HAS_H0
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes fz_o, fz_ht (06, one
 // kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09), ln_o, ln_ht (07 then 10) and
-// cl_o, cl_ht (07 then 11, a cluster per head), rg_o, rg_ht (07 then 12), bf_o, bf_ht and rb_o,
+// cl_o, cl_ht (07 then 11, a cluster per head), rg_o, rg_ht (07 then 12), r2_o, r2_ht (07 then 12
+// with two consumer warps per 16 value columns), bf_o, bf_ht and rb_o,
 // rb_ht (07 then 10 and 07 then 12 with bf16 inputs and output: the inputs rounded to bf16 here)
 // there.
 #include "../ladder_emu/kda_hooks.h"
@@ -97,6 +98,16 @@ int main(int argc, char** argv) {
     });
     write_f32(dir + "/rg_o", o8);
     write_f32(dir + "/rg_ht", ht8);
+    // 07 -> 12 with two consumer warps per 16 value columns (ROLES = 2)
+    std::fill(o8.begin(), o8.end(), nan);
+    std::fill(ht8.begin(), ht8.end(), nan);
+    using LR2 = KdaRegsLayout<K, V, C, BV, 2>;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LR2::NTH, (size_t)(LR2::WORDS * 4), [&] {
+        kda_chunk_state_regs<K, V, C, BV, false, 2>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta.data(),
+                                                    has_h0 ? h0.data() : nullptr, o8.data(), ht8.data(), T, H, scale);
+    });
+    write_f32(dir + "/r2_o", o8);
+    write_f32(dir + "/r2_ht", ht8);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {

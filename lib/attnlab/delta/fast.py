@@ -1,6 +1,6 @@
 """Live measurements and verdicts for notebook 13 (fast delta attention on tensor cores, issue 13).
 
-The 3xBF16 kernels (``kernels/delta/06``-``10``, launched through :func:`.kernels.prepare_tc`) beside
+The 3xBF16 kernels (``kernels/delta/06``-``12``, launched through :func:`.kernels.prepare_tc`) beside
 the three-kernel chunked form (02 -> 03 -> 05), the recurrent kernel (01) and flash-linear-attention's
 ``chunk_kda`` in bf16 and fp32, all in the same run: correctness grid, accuracy at the target shape,
 latency, peak extra memory, and :func:`targets` — the issue's targets as computed verdicts with the
@@ -25,7 +25,10 @@ from .naive import kda_recurrent_fp64
 REL_ERR_BOUND = REL_ERR_TARGET
 #: the implementations timed, in ladder order: (label, impl for prepare_tc or None, steps)
 TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")),
-            ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")))
+            ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")),
+            ("07+12 two roles", "regs2", ("07", "12")))
+#: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
+STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O path (07 -> 10 with bf16 q, k, v, g, beta and o; fp32 arithmetic and state)

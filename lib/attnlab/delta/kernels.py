@@ -54,7 +54,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (07 -> 10 only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs")
+BF16_IMPLS = ("lean", "regs", "regs2")
 
 
 # ----------------------------------------------------------------------------- registry
@@ -544,16 +544,19 @@ def cluster_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return lean_smem_words(K, V, BV, C) - (WS_THREADS - 256) // (K // 2) * K + (C // 2) * (K // NB)
 
 
-def regs_threads(BV: int) -> int:
-    """Block size of ``kda_chunk_state_regs`` (12): a consumer warp per 16 value columns, eight producers."""
-    return 32 * (BV // 16 + 8)
+def regs_threads(BV: int, roles: int = 1) -> int:
+    """Block size of ``kda_chunk_state_regs`` (12): ``roles`` consumer warps per 16 value columns,
+    eight producers."""
+    return 32 * (roles * BV // 16 + 8)
 
 
-def regs_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+def regs_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, roles: int = 1) -> int:
     """Dynamic shared memory of ``kda_chunk_state_regs`` (12) in words (mirrors ``KdaRegsLayout``):
-    10's without the consumers' S^T, X^T and V'^T arrays (12 keeps them in registers)."""
+    10's without the consumers' S^T, X^T and V'^T arrays (12 keeps them in registers); with two roles,
+    plus the V' hand-over (two chunk parities x 16 fragment words x 32 lanes per 16 columns)."""
     LK, LC = K // 2 + 4, C // 2 + 4
-    return lean_smem_words(K, V, BV, C) - 2 * BV * LK - 4 * BV * LC
+    handover = 2 * (BV // 16) * 16 * 32 if roles == 2 else 0
+    return lean_smem_words(K, V, BV, C) - 2 * BV * LK - 4 * BV * LC + handover
 
 
 def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
@@ -650,10 +653,14 @@ STATE_IMPLS = {
     "cluster": (CLUSTER_SRC, "kda_chunk_state_cluster", WS_THREADS, cluster_smem_words),
     "lean": (LEAN_SRC, "kda_chunk_state_lean", WS_THREADS, lean_smem_words),
     "regs": (REGS_SRC, "kda_chunk_state_regs", regs_threads, regs_smem_words),
+    "regs2": (REGS_SRC, "kda_chunk_state_regs", lambda bv: regs_threads(bv, 2),
+              lambda K, V, BV, C=FUSED_CHUNK: regs_smem_words(K, V, BV, C, roles=2)),
     "ws": (WS_SRC, "kda_chunk_state_ws", WS_THREADS, ws_smem_words),
     "split": (ONCHIP_SRC, "kda_chunk_state_onchip", FUSED_THREADS, onchip_smem_words),
 }
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
+#: template arguments after (K, V, C, BV, BF) of the recurrence kernels that take more
+STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,)}   # 12's consumer warps (roles) per 16 value columns
 DEFAULT_TC_IMPL = "lean"
 
 
@@ -700,7 +707,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         src, fn, _, words = STATE_IMPLS[impl]
         bf = io == "bf16"     # 07 and 10 take it as their last template argument
         kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", (K, C, bf)),
-                   "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ()),
+                   "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
+                                        + STATE_EXTRA_ARGS.get(impl, ()),
                                         defines=defines)}
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K)
         kernels["state"].max_dynamic_shared_size_bytes = 4 * words(K, V, bv)
@@ -729,6 +737,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * fused_smem_words(args[0], args[1], args[3])
     if function == "kda_chunk_prep":
         return 4 * prep_smem_words(args[0])
+    if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
+        return 4 * regs_smem_words(args[0], args[1], args[3], args[2], roles=args[5] if len(args) > 5 else 1)
     for _, fn, _, words in STATE_IMPLS.values():
         if fn == function:
             return 4 * words(args[0], args[1], args[3])
@@ -761,8 +771,9 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((WS_SRC, "kda_chunk_state_ws", (K, V, FUSED_CHUNK, bv)))
             out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv, False)))
             out.append((LEAN_SRC, "kda_chunk_state_lean", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
-            out.append((REGS_SRC, "kda_chunk_state_regs", (K, V, FUSED_CHUNK, bv, False)))
-            out.append((REGS_SRC, "kda_chunk_state_regs", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
+            out.append((REGS_SRC, "kda_chunk_state_regs", (K, V, FUSED_CHUNK, bv, False, 1)))
+            out.append((REGS_SRC, "kda_chunk_state_regs", (K, V, FUSED_CHUNK, bv, True, 1)))   # bf16 I/O
+            out.append((REGS_SRC, "kda_chunk_state_regs", (K, V, FUSED_CHUNK, bv, False, 2)))   # two roles
     if "cluster" in forms and tensor_cores:
         out += [(CLUSTER_SRC, "kda_chunk_state_cluster", (K, V, FUSED_CHUNK, bv)) for bv in bvs if V // bv <= 8]
     return out
