@@ -38,7 +38,9 @@ TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split"]   # 09 and 10 reproduce
 PROBES = {"10 producers alone (KDA_PROBE=1)": ("lean", {"KDA_PROBE": 1}),
           "10 consumers alone (KDA_PROBE=2)": ("lean", {"KDA_PROBE": 2}),
           "12 producers alone (KDA_PROBE=1)": ("regs", {"KDA_PROBE": 1}),
-          "12 consumers alone (KDA_PROBE=2)": ("regs", {"KDA_PROBE": 2})}
+          "12 consumers alone (KDA_PROBE=2)": ("regs", {"KDA_PROBE": 2}),
+          "12 two roles, producers alone (KDA_PROBE=1)": ("regs2", {"KDA_PROBE": 1}),
+          "12 two roles, consumers alone (KDA_PROBE=2)": ("regs2", {"KDA_PROBE": 2})}
 NCU_METRICS = (
     "gpu__time_duration.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
