@@ -151,24 +151,33 @@ FLASH_NOTEBOOKS = {
 }
 FLASH_B, FLASH_H, FLASH_N, FLASH_D = 2, 8, 4096, (64, 128)
 
-#: The delta notebooks and what each profiles: (label, step, how to launch) at B=2, H=16, K=V=128,
-#: T=4096 (quick: the same; the calls are few). "impl" is attnlab.delta.kernels.prepare_tc's (or
-#: "chunk" for the three-kernel form), "stages" the launches of that plan to profile together, "io"
-#: "bf16" for the bf16-I/O path (torch bfloat16 inputs).
-DELTA_NOTEBOOKS = {
-    "13_fast_delta": (
-        ("05 state pass (3xTF32)", "05", dict(impl="chunk", stages=(3,))),
-        ("06 fused", "06", dict(impl="fused", stages=(1,))),
-        ("07 prep", "07", dict(impl="ws", stages=(1,))),
-        ("08 recurrence", "08", dict(impl="split", stages=(2,))),
-        ("09 recurrence (warp-specialised)", "09", dict(impl="ws", stages=(2,))),
-        ("10 recurrence (lean producers)", "10", dict(impl="lean", stages=(2,))),
-        ("10 recurrence, bf16 I/O", "10", dict(impl="lean", stages=(2,), io="bf16")),
-        ("11 recurrence (cluster, DSMEM)", "11", dict(impl="cluster", stages=(2,))),
-        ("12 recurrence (state in registers)", "12", dict(impl="regs", stages=(2,))),
-        ("12 recurrence, two roles", "12", dict(impl="regs2", stages=(2,))),
-    ),
-}
+#: The delta notebooks and what each profiles (a function giving (label, step, how to launch)) at B=2,
+#: H=16, K=V=128, T=4096 (quick: the same; the calls are few). "impl" is attnlab.delta.kernels.
+#: prepare_tc's (or "chunk" for the three-kernel form), "stages" the launches of that plan to profile
+#: together, "io" "bf16" for the bf16-I/O path (torch bfloat16 inputs).
+def _delta_13_plan() -> tuple:
+    """Notebook 13's launches: the three-kernel form's state pass, then every tensor-core impl of
+    attnlab.delta.fast.TC_IMPLS (06 whole; of each two-kernel impl its recurrence, and 07 once), and
+    the bf16-I/O path of the default recurrence. Derived from the registry and TC_IMPLS, so a new
+    delta step is profiled without an edit here."""
+    from attnlab.delta import fast, kernels as dk
+
+    role = {k.step: k.role for k in dk.DELTA_KERNELS}
+    plan = [("05 state pass (3xTF32)", "05", dict(impl="chunk", stages=(3,)))]
+    for label, impl, steps in fast.TC_IMPLS:
+        if len(steps) == 1:
+            plan.append((f"{steps[0]} {label.split(' ', 1)[-1]}", steps[0], dict(impl=impl, stages=(1,))))
+            continue
+        if not any(p[1] == steps[0] for p in plan):
+            plan.append((f"{steps[0]} prep", steps[0], dict(impl=impl, stages=(1,))))
+        name = f"{steps[1]} {role[steps[1]]}" + (f" ({label.split(' ', 1)[1]})" if " " in label else "")
+        plan.append((name, steps[1], dict(impl=impl, stages=(2,))))
+        if impl == fast.BEST_IMPL:
+            plan.append((f"{steps[1]} {role[steps[1]]}, bf16 I/O", steps[1], dict(impl=impl, stages=(2,), io="bf16")))
+    return tuple(plan)
+
+
+DELTA_NOTEBOOKS = {"13_fast_delta": _delta_13_plan}
 DELTA_B, DELTA_H, DELTA_T, DELTA_K = 2, 16, 4096, 128
 
 
@@ -178,7 +187,7 @@ def build_delta_plan(notebook: str, profile: str = "full") -> list[dict]:
     if profile not in ("full", "quick"):
         raise ValueError(f"profile must be 'full' or 'quick', got {profile!r}")
     plan = []
-    for label, step, how in DELTA_NOTEBOOKS[notebook]:
+    for label, step, how in DELTA_NOTEBOOKS[notebook]():
         plan.append(dict(kernel=label, step=step, dtype=how.get("io", "fp32"), causal=False, B=DELTA_B, H=DELTA_H, N=DELTA_T,
                          D=DELTA_K, params="C=32,BV=32", purpose="kernel", param_values=None,
                          delta=dict(how, stages=list(how["stages"]))))

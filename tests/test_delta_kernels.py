@@ -183,13 +183,13 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
     assert r.stack_bytes == 0, f"{r.name} uses a {r.stack_bytes} B stack frame on {arch}"
     # Registers must allow at least one block of the launch size (07: the three blocks per SM it
     # is built for).
-    threads = {"kda_recurrent": dk.RECURRENT_WARPS * 32, "kda_chunk_intra": 4 * args[1] if len(args) == 2 else 0,
-               "kda_chunk_solve": (args[0] + args[1]) // (args[3] if len(args) == 4 else 1),
-               "kda_chunk_state": (args[0] // 4) * (args[-1] // 4),
-               "kda_chunk_state_tc": 2 * args[0], "kda_chunk_fused": dk.FUSED_THREADS,
-               "kda_chunk_prep": 3 * dk.FUSED_THREADS, "kda_chunk_state_onchip": dk.FUSED_THREADS,
-               "kda_chunk_state_ws": dk.WS_THREADS, "kda_chunk_state_lean": dk.WS_THREADS,
-               "kda_chunk_state_cluster": dk.WS_THREADS, "kda_chunk_state_regs": dk.regs_threads(args[3], args[5] if len(args) > 5 else 1) if len(args) > 3 else 0}[function]
+    if spec.form == "tc":   # the launch size the launcher uses (07: three blocks per SM)
+        threads = dk.tc_threads(function, args)
+    else:
+        threads = {"kda_recurrent": dk.RECURRENT_WARPS * 32, "kda_chunk_intra": 4 * args[1] if len(args) == 2 else 0,
+                   "kda_chunk_solve": (args[0] + args[1]) // (args[3] if len(args) == 4 else 1),
+                   "kda_chunk_state": (args[0] // 4) * (args[-1] // 4),
+                   "kda_chunk_state_tc": 2 * args[0]}[function]
     assert r.registers * threads <= 65536
     if function == "kda_chunk_state":
         assert "ld.shared.v4.f32" in r.ptx, "the state pass should read shared memory as float4"

@@ -745,6 +745,21 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-11)")
 
 
+def tc_threads(function: str, args: tuple) -> int:
+    """Block size a tensor-core kernel (06-12) is launched with, from its function name and template
+    arguments as :func:`static_instantiations` lists them (07: the three blocks per SM it is sized for)."""
+    if function == "kda_chunk_fused":
+        return FUSED_THREADS
+    if function == "kda_chunk_prep":
+        return 3 * FUSED_THREADS
+    if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
+        return regs_threads(args[3], args[5] if len(args) > 5 else 1)
+    for _, fn, threads, _ in STATE_IMPLS.values():
+        if fn == function:
+            return threads(args[3]) if callable(threads) else threads
+    raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-12)")
+
+
 def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32),
                           tensor_cores: bool = True, forms=("recurrent", "chunked")) -> list[tuple]:
     """(source, function, template args) of every kernel a default run at (K, V) uses, for the
