@@ -5,10 +5,11 @@
 #
 # Compile caches: each lent machine starts bare, so the lab's cache root (CuPy's and the arch-specific
 # NVRTC cubins, Triton's kernels and autotuning results: attnlab.paths.use_persistent_caches) is kept
-# in .devcache/ of the working tree. After the run it is packed into $OUT/devcache.tgz; put that file in
-# the checkout as .devcache.tgz and carry it (`carry: [".whl", ".devcache.tgz"]`: packed, it fits the
-# carry limit that the unpacked folder does not) to start the next call warm, as a second run on one
-# machine would.
+# in .devcache/ of the working tree. After the run it is packed into $OUT/devcache.tgz.part-aa, -ab, ...
+# (15 MiB pieces: a file over 16 MiB does not come back from the device); join them into the checkout
+# as .devcache.tgz (`cat devcache.tgz.part-* > .devcache.tgz`) and carry it (`carry: [".whl",
+# ".devcache.tgz"]`: packed, it fits the carry limit that the unpacked folder does not) to start the
+# next call warm, as a second run on one machine would.
 # ATTNLAB_DEVICE_TIMEOUT=S stops the command after S seconds (SIGINT: the report runner records what
 # finished), so the results are still packed before the call's own limit.
 set -uo pipefail
@@ -24,6 +25,7 @@ if [ -n "${ATTNLAB_DEVICE_TIMEOUT:-}" ]; then guard=(timeout --signal=INT --kill
 ${guard[@]+"${guard[@]}"} "$@" 2>&1 | grep -v "running over TCP without encryption" | tee "${OUT:-/tmp}/log.txt"
 rc=${PIPESTATUS[0]}
 tar czf "${OUT:-/tmp}/results.tgz" data/results data/tuned reports 2>/dev/null
-tar czf "${OUT:-/tmp}/devcache.tgz" -C "$(dirname "$ATTNLAB_CACHE_DIR")" "$(basename "$ATTNLAB_CACHE_DIR")" 2>/dev/null
-ls -l "${OUT:-/tmp}"/*.tgz
+tar czf - -C "$(dirname "$ATTNLAB_CACHE_DIR")" "$(basename "$ATTNLAB_CACHE_DIR")" 2>/dev/null \
+  | split -b 15M - "${OUT:-/tmp}/devcache.tgz.part-"
+ls -l "${OUT:-/tmp}"/*.tgz*
 exit $rc

@@ -198,7 +198,9 @@ def main() -> None:
     ap.add_argument("--skip-correctness", action="store_true")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--impls", nargs="+", default=None, help="only these recurrence impls (default: all)")
-    ap.add_argument("--no-phases", action="store_true", help="skip kernel 10's clock stamps")
+    ap.add_argument("--no-phases", action="store_true", help="skip the clock stamps")
+    ap.add_argument("--phases-impl", nargs="+", default=[fast.BEST_IMPL],
+                    help="recurrences whose clock stamps to take (fast.CONSUMER_STAMP_PHASES)")
     ap.add_argument("--stages-only", action="store_true", help="only 07 and 10 alone, fp32 and bf16 I/O (and --ncu)")
     a = ap.parse_args()
     out = Path(a.out)
@@ -215,9 +217,10 @@ def main() -> None:
               " worst rel err o:", c["rel_err_o"].max(), " state:", c["rel_err_state"].max(), flush=True)
     if not a.stages_only:
         if not a.no_phases:
-            ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096)   # notebook 13's clock-stamp table
-            ph.to_csv(out / "state_phases.csv", index=False)
-            print(fast.phase_summary(ph).to_string(), flush=True)
+            for impl in a.phases_impl:   # notebook 13's clock-stamp table, for each impl asked for
+                ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096, impl=impl)
+                ph.to_csv(out / f"state_phases_{impl}.csv", index=False)
+                print(impl, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
         lat = latency(a.T, a.budget, not a.no_fla, a.impls)
         lat.to_csv(out / "state_latency.csv", index=False)
         print(lat.to_string(), flush=True)

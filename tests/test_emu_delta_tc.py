@@ -266,6 +266,14 @@ def test_phase_stamps_cover_kernel_10_and_summarise():
         assert stamps == list(range(7)), (role, stamps)
         used = sorted({i for _, a, b in fast.STAMP_PHASES[role] for i in (a, b)})
         assert used == list(range(7)), role
+    # 12's consumers stamp 0-5 (every role: 12 with two roles too), its producers are 10's
+    src12 = (ROOT / "kernels" / dk.delta_kernel("12").source).read_text()
+    consumer12 = src12.split("// ==================================================== consumers")[1]
+    assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", consumer12))) == list(range(6))
+    assert consumer12.count("KDA_STAMP(4);") == 3 and consumer12.count("KDA_STAMP(5);") == 2   # every path
+    for impl in ("regs", "regs2"):
+        used = sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)})
+        assert used == list(range(6)), impl
     rows = [dict(role=r, warp=w, phase=p, median_cycles=c) for r, w0 in (("consumer", 0), ("producer", 8))
             for w in (w0, w0 + 1) for p, c in (("wait", 100.0 + w), ("work", 300.0), ("chunk period", 400.0))]
     m = fast.phase_summary(pd.DataFrame(rows)).set_index(["role", "phase"])

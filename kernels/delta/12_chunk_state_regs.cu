@@ -296,7 +296,9 @@ kda_chunk_state_regs(const typename KdaIn<BF>::T* __restrict__ q, const typename
             regs_output<C, LC>(ot, pq, vah, val, AqH, AqL, lane);
         } else if (role == 0) {
             regs_update_state<K, C, LC>(st, vah, val, KdH, KdL, sGL, lane);
+            KDA_STAMP(4);
             if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), NTH);   // buffer n & 1 is free
+            KDA_STAMP(5);
             continue;
         } else {                      // role 1: O first, so that Qg S's accumulators die before the update
             regs_output<C, LC>(ot, pq, vah, val, AqH, AqL, lane);

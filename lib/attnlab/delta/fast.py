@@ -285,24 +285,43 @@ STAMP_PHASES = {
 }
 
 
-def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: int = 8) -> pd.DataFrame:
-    """Median SM cycles of every phase of kernel 10 per warp role, over chunks skip..STAMP_CHUNKS-1 of
-    block (0, 0, 0) (the first chunks fill the pipeline), with the chunk period (stamp 0 to stamp 0
-    of the next chunk). One tidy row per (role, warp, phase)."""
+#: The consumer phases of the other recurrences with clock stamps (their producers are 10's:
+#: kernels/delta/lean_producer.cuh). 12 with two roles: role 0 (even warps) computes X and V' and
+#: updates its state; role 1 (odd warps) waits for V', computes O, updates its copy and stores o.
+CONSUMER_STAMP_PHASES = {
+    "lean": STAMP_PHASES["consumer"],
+    "regs": (("wait for FULL", 0, 1), ("P: S^T [Kbg; Qg]^T", 1, 2), ("X, V' = X T^T", 2, 3),
+             ("S update", 3, 4), ("O += V' Aqk^T, o stored", 4, 5)),
+    "regs2": (("wait for FULL", 0, 1), ("P: role 0 S^T Kbg^T, role 1 S^T Qg^T", 1, 2),
+              ("role 0 X, V'; role 1 waits for V'", 2, 3), ("role 0 S update; role 1 O", 3, 4),
+              ("role 0 EMPTY; role 1 S update, o stored", 4, 5)),
+}
+
+
+def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: int = 8,
+                 impl: str = BEST_IMPL) -> pd.DataFrame:
+    """Median SM cycles of every phase of a recurrence kernel (10 by default; ``impl`` any key of
+    :data:`CONSUMER_STAMP_PHASES`) per warp role, over chunks skip..STAMP_CHUNKS-1 of block (0, 0, 0)
+    (the first chunks fill the pipeline), with the chunk period (stamp 0 to stamp 0 of the next chunk).
+    One tidy row per (role, warp, phase)."""
+    if impl not in CONSUMER_STAMP_PHASES:
+        raise ValueError(f"phase_cycles times impl {' or '.join(map(repr, CONSUMER_STAMP_PHASES))}, got {impl!r}")
     _, d = device_inputs(B, T, H, K, V, seed=seed)
     if -(-T // dk.FUSED_CHUNK) < STAMP_CHUNKS:
         raise ValueError(f"phase_cycles needs T >= {STAMP_CHUNKS * dk.FUSED_CHUNK} (stamps of "
                          f"{STAMP_CHUNKS} chunks), got {T}")
-    plan = dk.prepare_tc(**d, check_gate=False, impl=BEST_IMPL, output_final_state=True, defines={"KDA_PROBE": 3, "KDA_NSTAMP": STAMP_CHUNKS})
+    plan = dk.prepare_tc(**d, check_gate=False, impl=impl, output_final_state=True, defines={"KDA_PROBE": 3, "KDA_NSTAMP": STAMP_CHUNKS})
     plan.run()   # compile and warm up
     plan.run()
-    n_warps = dk.WS_THREADS // 32
+    n_warps = plan.launch_configs()["state"]["block"][0] // 32
+    n_consumers = n_warps - 8          # eight producer warps after the consumers, in every impl
     st = plan.final_state.ravel()[: n_warps * STAMP_CHUNKS * 8].get()
     st = st.reshape(n_warps, STAMP_CHUNKS, 8).astype(np.float64)[:, skip:]
     rows = []
+    phases = {"consumer": CONSUMER_STAMP_PHASES[impl], "producer": STAMP_PHASES["producer"]}
     for w in range(n_warps):
-        role = "consumer" if w < n_warps // 2 else "producer"
-        for phase, a, b in STAMP_PHASES[role]:
+        role = "consumer" if w < n_consumers else "producer"
+        for phase, a, b in phases[role]:
             rows.append(dict(role=role, warp=w, phase=phase, median_cycles=float(np.median(st[w, :, b] - st[w, :, a]))))
         rows.append(dict(role=role, warp=w, phase="chunk period", median_cycles=float(np.median(np.diff(st[w, :, 0])))))
     df = pd.DataFrame(rows)
