@@ -199,6 +199,7 @@ def main() -> None:
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--impls", nargs="+", default=None, help="only these recurrence impls (default: all)")
     ap.add_argument("--no-phases", action="store_true", help="skip the clock stamps")
+    ap.add_argument("--phases-only", action="store_true", help="only the clock stamps (no correctness, no latency)")
     ap.add_argument("--phases-impl", nargs="+", default=[fast.BEST_IMPL],
                     help="recurrences whose clock stamps to take (fast.CONSUMER_STAMP_PHASES)")
     ap.add_argument("--stages-only", action="store_true", help="only 07 and 10 alone, fp32 and bf16 I/O (and --ncu)")
@@ -209,7 +210,7 @@ def main() -> None:
         st = stage_latency(a.T, a.budget)
         st.to_csv(out / "stage_latency.csv", index=False)
         print(st.to_string(), flush=True)
-    if not a.skip_correctness and not a.stages_only:
+    if not a.skip_correctness and not a.stages_only and not a.phases_only:
         c = correctness(max(a.T), a.impls)
         c.to_csv(out / "state_correctness.csv", index=False)
         print(c.to_string(), flush=True)
@@ -221,6 +222,8 @@ def main() -> None:
                 ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096, impl=impl)
                 ph.to_csv(out / f"state_phases_{impl}.csv", index=False)
                 print(impl, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
+        if a.phases_only:
+            return
         lat = latency(a.T, a.budget, not a.no_fla, a.impls)
         lat.to_csv(out / "state_latency.csv", index=False)
         print(lat.to_string(), flush=True)
