@@ -52,7 +52,7 @@ FUSED_MIN_CC = 80                # bf16 mma.sync and cp.async: sm_80+
 FUSED_THREADS = 256
 WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer warps
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
-SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (07 -> 10 only)
+SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2")
 
@@ -667,8 +667,8 @@ DEFAULT_TC_IMPL = "lean"
 def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                output_final_state: bool = False, bv: int | None = None, check_gate: bool = True,
                impl: str = DEFAULT_TC_IMPL, defines: dict | None = None) -> TcPlan:
-    """Validate, allocate and compile once; ``run()`` only launches (07 -> 10, 07 -> 09, 07 -> 08, or
-    06). ``defines`` go to the recurrence kernel's compiler (probe builds only).
+    """Validate, allocate and compile once; ``run()`` only launches (07 and a recurrence of
+    :data:`STATE_IMPLS`, or 06). ``defines`` go to the recurrence kernel's compiler (probe builds only).
 
     bf16 I/O: q, k, v, g, beta given as torch bfloat16 tensors select bf16 loads and a bf16 o in 07
     and the recurrence (10 or 12; the arithmetic, the initial and the final state stay fp32)."""
@@ -676,7 +676,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {' or '.join(map(repr, BF16_IMPLS))} only (07 -> 10 or 12), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10 or 12), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     import cupy as cp
 
@@ -705,7 +705,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         ws = {}
     else:
         src, fn, _, words = STATE_IMPLS[impl]
-        bf = io == "bf16"     # 07 and 10 take it as their last template argument
+        bf = io == "bf16"     # 07 and the BF16_IMPLS recurrences take it after (K, V, C, BV)
         kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", (K, C, bf)),
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + STATE_EXTRA_ARGS.get(impl, ()),
@@ -731,7 +731,7 @@ def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 # ----------------------------------------------------------------------------- static build list
 
 def tc_smem_bytes(function: str, args: tuple) -> int:
-    """Dynamic shared memory (bytes) a tensor-core kernel (06-11) is launched with, from its
+    """Dynamic shared memory (bytes) a tensor-core kernel (06-12) is launched with, from its
     function name and template arguments (K, V or C, ...) as :func:`static_instantiations` lists them."""
     if function == "kda_chunk_fused":
         return 4 * fused_smem_words(args[0], args[1], args[3])
@@ -742,7 +742,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     for _, fn, _, words in STATE_IMPLS.values():
         if fn == function:
             return 4 * words(args[0], args[1], args[3])
-    raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-11)")
+    raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-12)")
 
 
 def tc_threads(function: str, args: tuple) -> int:
