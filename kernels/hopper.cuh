@@ -11,6 +11,23 @@
 
 #include "common.cuh"
 
+// ---- wgmma matrix descriptors (PTX ISA "Matrix Descriptor Format"; CUTLASS GmmaDescriptor):
+// bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
+// 62-63 layout (1 = 128-byte swizzle). For the 128-byte swizzle:
+//  * K-major (rows of the M or N dimension, K contiguous: Q and K for S = Q K^T): SBO = 1024 (from
+//    one 8-row atom to the next); LBO unused (1). A k16 step inside a 64-wide chunk starts 32 bytes on.
+//  * MN-major (K rows, N contiguous: V for O += P V, "transposed" B): LBO = bytes from one 64-wide
+//    N chunk to the next, SBO = 1024 (from one 8-row K group to the next).
+static __device__ __forceinline__ unsigned long long wgmma_desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
+           ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// The CPU model of tests/ladder_emu/ defines ATTNLAB_HOST_EMULATION and supplies host versions of
+// the wgmma fences, wgmma_ss and wgmma_rs_kb (K-major operands with the 128-byte swizzle only),
+// fence_regs and fence_proxy_async; TMA, mbarriers, setmaxnreg and the MN-major wgmma_rs are
+// device-only (notebook 11's kernels run on the GPU only).
+#ifndef ATTNLAB_HOST_EMULATION
 // A CUtensorMap (driver API, 128 bytes, 64-byte aligned), built on the host by
 // cuTensorMapEncodeTiled (attnlab.tma) and passed by value as a __grid_constant__ parameter.
 struct alignas(64) TmaMap { unsigned long long opaque[16]; };
@@ -47,18 +64,6 @@ static __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaMap* m
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
         :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
         : "memory");
-}
-
-// ---- wgmma matrix descriptors (PTX ISA "Matrix Descriptor Format"; CUTLASS GmmaDescriptor):
-// bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
-// 62-63 layout (1 = 128-byte swizzle). For the 128-byte swizzle:
-//  * K-major (rows of the M or N dimension, K contiguous: Q and K for S = Q K^T): SBO = 1024 (from
-//    one 8-row atom to the next); LBO unused (1). A k16 step inside a 64-wide chunk starts 32 bytes on.
-//  * MN-major (K rows, N contiguous: V for O += P V, "transposed" B): LBO = bytes from one 64-wide
-//    N chunk to the next, SBO = 1024 (from one 8-row K group to the next).
-static __device__ __forceinline__ unsigned long long wgmma_desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
-           ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
 // ---- register reallocation between warpgroups (sm_90a): every thread of the warpgroup executes
@@ -213,10 +218,101 @@ static __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const
     }
 }
 
-// The m64nNk16 variant for a compile-time N (64 or 128): what the kernels call.
+// ---- m64nNk16 for the narrow N of the delta recurrence (kernels/delta/13: N = the block's 16 or 32
+// value columns), B K-major in both forms: _ss as above, _rs_kb with A from registers and B K-major
+// (tnspB = 0; the _rs forms above read B MN-major). (Operand lists written out by script.)
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], unsigned long long da, unsigned long long db, int accumulate) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+          : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (!BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+          : "l"(da), "l"(db), "r"(accumulate));
+    }
+}
+
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_m64n16k16_rs_kb(float (&d)[8], const unsigned (&a)[4], unsigned long long db, int accumulate) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+    }
+    if constexpr (!BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+    }
+}
+
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], unsigned long long da, unsigned long long db, int accumulate) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+          : "l"(da), "l"(db), "r"(accumulate));
+    }
+    if constexpr (!BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+          : "l"(da), "l"(db), "r"(accumulate));
+    }
+}
+
+template <bool BF16>
+static __device__ __forceinline__ void wgmma_m64n32k16_rs_kb(float (&d)[16], const unsigned (&a)[4], unsigned long long db, int accumulate) {
+    if constexpr (BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+    }
+    if constexpr (!BF16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+    }
+}
+
+// The m64nNk16 variant for a compile-time N: what the kernels call. wgmma_ss: A and B K-major in
+// shared memory, N in {16, 32, 64, 128}; wgmma_rs: A from registers, B MN-major, N in {64, 128};
+// wgmma_rs_kb: A from registers, B K-major, N in {16, 32}.
 template <int N, bool BF16>
 static __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
-    if constexpr (N == 64) wgmma_m64n64k16_ss<BF16>(d, da, db, acc);
+    if constexpr (N == 16) wgmma_m64n16k16_ss<BF16>(d, da, db, acc);
+    else if constexpr (N == 32) wgmma_m64n32k16_ss<BF16>(d, da, db, acc);
+    else if constexpr (N == 64) wgmma_m64n64k16_ss<BF16>(d, da, db, acc);
     else wgmma_m64n128k16_ss<BF16>(d, da, db, acc);
 }
 template <int N, bool BF16>
@@ -224,3 +320,15 @@ static __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigne
     if constexpr (N == 64) wgmma_m64n64k16_rs<BF16>(d, a, db, acc);
     else wgmma_m64n128k16_rs<BF16>(d, a, db, acc);
 }
+template <int N, bool BF16>
+static __device__ __forceinline__ void wgmma_rs_kb(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
+    static_assert(N == 16 || N == 32, "wgmma_rs_kb: N in {16, 32}");
+    if constexpr (N == 16) wgmma_m64n16k16_rs_kb<BF16>(d, a, db, acc);
+    else wgmma_m64n32k16_rs_kb<BF16>(d, a, db, acc);
+}
+
+// Generic-proxy writes to shared memory (st.shared) made visible to the async proxy that wgmma
+// reads operands through: every writing thread, after its stores and before the barrier that hands
+// the tile to the wgmma (CUTLASS: fence_view_async_shared).
+static __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#endif  // ATTNLAB_HOST_EMULATION

@@ -76,6 +76,21 @@ static __device__ __forceinline__ void ldmatrix_x4_trans_at(unsigned (&r)[4], un
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr + off));
 }
 
+// The 8 x 8 matrix of 16-bit values held one register per lane (lane l: row l / 4, elements 2(l % 4),
+// +1, the layout of an ldmatrix quarter), transposed in registers: lane l receives row l / 4 of the
+// transpose (column l / 4 of the original). sm_75+.
+static __device__ __forceinline__ unsigned movmatrix_trans(unsigned x) {
+    unsigned r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+}
+// stmatrix.x4.trans (sm_90): four 8 x 8 matrices of 16-bit values, held as ldmatrix leaves them
+// (register i = matrix i; lane l: row l / 4, elements 2(l % 4), +1), stored transposed: lane 8i + j
+// gives the shared-space byte address of row j of matrix i's transpose (column j of matrix i, 16 bytes).
+static __device__ __forceinline__ void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
 // Two floats -> one register of two 16-bit values, round to nearest even; lo lands in bits 0-15.
 static __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
     unsigned r;

@@ -158,7 +158,7 @@ FLASH_B, FLASH_H, FLASH_N, FLASH_D = 2, 8, 4096, (64, 128)
 def _delta_13_plan() -> tuple:
     """Notebook 13's launches: the three-kernel form's state pass, then every tensor-core impl of
     attnlab.delta.fast.TC_IMPLS (06 whole; of each two-kernel impl its recurrence, and 07 once), and
-    the bf16-I/O path of the default recurrence. Derived from the registry and TC_IMPLS, so a new
+    the bf16-I/O paths (attnlab.delta.fast.BF16_IO_IMPLS). Derived from the registry and TC_IMPLS, so a new
     delta step is profiled without an edit here."""
     from attnlab.delta import fast, kernels as dk
 
@@ -172,7 +172,7 @@ def _delta_13_plan() -> tuple:
             plan.append((f"{steps[0]} prep", steps[0], dict(impl=impl, stages=(1,))))
         name = f"{steps[1]} {role[steps[1]]}" + (f" ({label.split(' ', 1)[1]})" if " " in label else "")
         plan.append((name, steps[1], dict(impl=impl, stages=(2,))))
-        if impl == fast.BEST_IMPL:
+        if impl in {x[1] for x in fast.BF16_IO_IMPLS}:
             plan.append((f"{steps[1]} {role[steps[1]]}, bf16 I/O", steps[1], dict(impl=impl, stages=(2,), io="bf16")))
     return tuple(plan)
 

@@ -40,7 +40,9 @@ PROBES = {"10 producers alone (KDA_PROBE=1)": ("lean", {"KDA_PROBE": 1}),
           "12 producers alone (KDA_PROBE=1)": ("regs", {"KDA_PROBE": 1}),
           "12 consumers alone (KDA_PROBE=2)": ("regs", {"KDA_PROBE": 2}),
           "12 two roles, producers alone (KDA_PROBE=1)": ("regs2", {"KDA_PROBE": 1}),
-          "12 two roles, consumers alone (KDA_PROBE=2)": ("regs2", {"KDA_PROBE": 2})}
+          "12 two roles, consumers alone (KDA_PROBE=2)": ("regs2", {"KDA_PROBE": 2}),
+          "13 without input copies after chunk 0 (KDA_PROBE=4)": ("wgmma", {"KDA_PROBE": 4}),
+          "13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)": ("wgmma", {"KDA_PROBE": 5})}
 NCU_METRICS = (
     "gpu__time_duration.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
@@ -90,7 +92,7 @@ def correctness(target_T: int, impls=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def latency(T_list, budget: float, with_fla: bool, impls=None) -> pd.DataFrame:
+def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = True) -> pd.DataFrame:
     B, H, K, V = 2, 16, 128, 128
     rows = []
     chunk_kda = db.fla_functions()[0] if with_fla else None
@@ -116,7 +118,7 @@ def latency(T_list, budget: float, with_fla: bool, impls=None) -> pd.DataFrame:
                     del p
             del tb
         for label, (impl, defines) in PROBES.items():
-            if impls is not None and impl not in impls:
+            if not probes or (impls is not None and impl not in impls):
                 continue
             p = dk.prepare_tc(**d, check_gate=False, impl=impl, defines=defines)
             rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget, implementation=label, config=f"BV={p.bv}", T=T))
@@ -169,7 +171,7 @@ def stage_latency(T_list, budget: float) -> pd.DataFrame:
     return pd.DataFrame(rows)[["implementation", "config", "T", "median_ms", "rel_iqr"]]
 
 
-def ncu_counters(out: Path, T: int = 4096) -> pd.DataFrame | None:
+def ncu_counters(out: Path, T: int = 4096, impls=None) -> pd.DataFrame | None:
     from attnlab import ncu
 
     exe = ncu.ncu_path()
@@ -177,7 +179,7 @@ def ncu_counters(out: Path, T: int = 4096) -> pd.DataFrame | None:
         print("ncu not found: no counters", flush=True)
         return None
     target = out / "ncu_target.py"
-    target.write_text(NCU_TARGET.format(T=T, impls=TWO_KERNEL))
+    target.write_text(NCU_TARGET.format(T=T, impls=[i for i in TWO_KERNEL if impls is None or i in impls]))
     cmd = ncu.build_command([sys.executable, str(target)], metrics=NCU_METRICS, kernel_regex="kda_chunk",
                             ncu=exe)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
@@ -199,6 +201,7 @@ def main() -> None:
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--impls", nargs="+", default=None, help="only these recurrence impls (default: all)")
     ap.add_argument("--no-phases", action="store_true", help="skip the clock stamps")
+    ap.add_argument("--no-probes", action="store_true", help="skip the KDA_PROBE=1/2 builds (each side alone)")
     ap.add_argument("--phases-only", action="store_true", help="only the clock stamps (no correctness, no latency)")
     ap.add_argument("--phases-impl", nargs="+", default=[fast.BEST_IMPL],
                     help="recurrences whose clock stamps to take (fast.CONSUMER_STAMP_PHASES)")
@@ -224,11 +227,11 @@ def main() -> None:
                 print(impl, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
         if a.phases_only:
             return
-        lat = latency(a.T, a.budget, not a.no_fla, a.impls)
+        lat = latency(a.T, a.budget, not a.no_fla, a.impls, probes=not a.no_probes)
         lat.to_csv(out / "state_latency.csv", index=False)
         print(lat.to_string(), flush=True)
     if a.ncu:
-        tidy = ncu_counters(out)
+        tidy = ncu_counters(out, impls=a.impls)
         if tidy is not None:
             tidy.to_csv(out / "state_ncu.csv", index=False)
             from attnlab import ncu

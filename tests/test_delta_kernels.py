@@ -166,7 +166,7 @@ def test_cost_model():
 # ----------------------------------------------------------------------------- static build (CPU)
 
 STATIC = [(K, inst) for K in (128, 64)
-          for inst in dk.static_instantiations(K, K, forms=("recurrent", "chunked", "tc", "cluster"))]
+          for inst in dk.static_instantiations(K, K, forms=("recurrent", "chunked", "tc", "cluster", "wgmma"))]
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
@@ -177,7 +177,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
     spec = next(k for k in dk.DELTA_KERNELS if k.function == function)
     if int(arch.split("_")[1]) < spec.min_cc:
         pytest.skip(f"{function} needs sm_{spec.min_cc}+ (the registry's min_cc)")
-    (r,) = static_build(source, function, [args], arch)
+    (r,) = static_build(source, function, [args], dk.static_arch(function, arch))
     assert r.registers > 0
     assert not r.spills, f"{r.name} spills on {arch}: {r.spill_store_bytes} B stored"
     assert r.stack_bytes == 0, f"{r.name} uses a {r.stack_bytes} B stack frame on {arch}"
@@ -197,7 +197,13 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.ptx
         assert "cp.async.cg.shared.global" in r.ptx
         assert "cvt.rna.tf32" not in r.ptx, "the TF32 split should round with integer ops, not conversions"
-    if spec.form == "tc":
+    if function == "kda_chunk_state_wgmma":
+        # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
+        # out by stmatrix, and every generic-proxy tile fenced for the async proxy
+        assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
+        assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in r.ptx and "fence.proxy.async.shared::cta" in r.ptx
+        assert "mma.sync" not in r.ptx
+    elif spec.form == "tc":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx
         assert "cvt.rn.bf16x2.f32" in r.ptx
@@ -609,14 +615,14 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    assert "cluster" not in {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - 1
+    assert not {"cluster", "wgmma"} & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - 2
     assert fast.tc_impls(75) == ()
 
 
 def test_tc_smem_bytes_is_the_launchers_shared_memory_for_every_static_build():
-    rows = dk.static_instantiations(128, 128, forms=("tc", "cluster"))
+    rows = dk.static_instantiations(128, 128, forms=("tc", "cluster", "wgmma"))
     assert {fn for _, fn, _ in rows} >= {"kda_chunk_fused", "kda_chunk_prep", "kda_chunk_state_lean",
-                                         "kda_chunk_state_cluster"}
+                                         "kda_chunk_state_cluster", "kda_chunk_state_wgmma"}
     for _, fn, args in rows:
         assert 0 < dk.tc_smem_bytes(fn, args) <= 227 * 1024, fn
     assert dk.tc_smem_bytes("kda_chunk_state_lean", (128, 128, 32, 32, False)) == 4 * dk.lean_smem_words(128, 128, 32)

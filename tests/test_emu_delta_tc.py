@@ -1,8 +1,9 @@
-"""The 3xBF16 delta kernels (kernels/delta/06-11) on the CPU model of tests/ladder_emu/ladder_emu.h.
+"""The 3xBF16 delta kernels (kernels/delta/06-13) on the CPU model of tests/ladder_emu/ladder_emu.h.
 
-tests/delta_emu/harness_06.cpp runs 06 (one kernel) and 07 -> 08, 09, 10, 11 on the same inputs; the
-model defers every cp.async copy to the wait that retires it, runs named barriers with their
-thread counts, and accumulates bf16 MMAs as the tensor core does. Each output is compared with the
+tests/delta_emu/harness_06.cpp runs 06 (one kernel) and 07 -> 08, 09, 10, 11, 12 and 07<A2> -> 13 on
+the same inputs; the model defers every cp.async copy and every wgmma to the wait that retires it,
+runs named barriers with their thread counts, and accumulates bf16 MMAs (warp and warpgroup) as
+the tensor core does. Each output is compared with the
 float64 recurrence (attnlab.delta.kda_recurrent_fp64): edge lengths (T = 1, tails), every gate
 family the lab generates (g = -50 per step takes the exact path of 06 / 07), initial state on and
 off, both value-block widths and both head sizes. 09 and 10 must reproduce 08 bit for bit (same
@@ -92,7 +93,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     read = lambda name, shape: np.fromfile(tmp_path / name, np.float32).reshape(shape)
     out = {}
     for tag, label in (("fz", "06"), ("ts", "07->08"), ("ws", "07->09"), ("ln", "07->10"), ("rg", "07->12"),
-                       ("r2", "07->12 (two roles)")):
+                       ("r2", "07->12 (two roles)"), ("wg", "07<A2>->13 (wgmma)")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         out[tag] = (o, s)
         assert rel(o, ref_o) < TOL, f"{label}: o error {rel(o, ref_o):.2e}"
@@ -113,7 +114,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     xb = {n: round_bf16(np.asarray(x[n], np.float32)) for n in ("q", "k", "v", "g", "beta")}
     ref_ob, ref_sb = kda_recurrent_fp64(xb["q"], xb["k"], xb["v"], xb["g"], xb["beta"], scale,
                                         x.get("initial_state"), True)
-    for tag, label in (("bf", "07->10"), ("rb", "07->12")):
+    for tag, label in (("bf", "07->10"), ("rb", "07->12"), ("wb", "07<A2>->13")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert rel(o, round_bf16(ref_ob.astype(np.float32))) < BF16_O_TOL, f"{label} bf16 I/O: o error {rel(o, ref_ob):.2e}"
         assert rel(s, ref_sb) < TOL, f"{label} bf16 I/O: final state error {rel(s, ref_sb):.2e}"

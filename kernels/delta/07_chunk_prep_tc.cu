@@ -17,6 +17,9 @@
 //   TA [B, H, NC, 4, C, C/2]: T hi, T lo, Aqk hi, Aqk lo.
 // With BF (the bf16-I/O path) q, k, g and beta are bf16 in memory and widened to fp32 on load;
 // nothing else changes.
+// With A2 (for 13, whose recurrence multiplies X by T and by Aqk T in one warpgroup MMA) the third
+// and fourth arrays hold A2 = Aqk T instead of Aqk (O = Qg S + Aqk V' = Qg S + (Aqk T) X): a 3xBF16
+// product of the two from their hi/lo words, split like the others.
 // q, k and g are read straight from global memory into registers (each thread two adjacent
 // channels of C / NQ rows), so shared memory holds only the products' operands: ~73 KB, three
 // blocks per SM.
@@ -45,7 +48,8 @@ struct KdaPrepLayout {
     static constexpr int WORDS = OFF_TA + 4 * C * LC;
 };
 
-template <int K, int C, bool BF = false>   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
+template <int K, int C, bool BF = false,   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
+          bool A2 = false>                 // A2: write Aqk T in place of Aqk (kernel 13)
 __global__ void __launch_bounds__(256, 3)
 kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
@@ -255,7 +259,31 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
         TL[(16 + i) * LC + j / 2] = lw;
     }
     __syncthreads();
-
+    if constexpr (A2) {
+        // A2 = Aqk T on the tensor cores (3xBF16 from the hi/lo words already here): 16 x 8 output
+        // tiles (mt, nt) on or below the diagonal, one per warp (6 at C = 32); k steps where neither
+        // factor is zero (Aqk[i][m] = 0 for m > i, T[m][j] = 0 for m < j). T's rows are [m][j/2]
+        // words, so its B fragments come from ldmatrix.trans.
+        constexpr int NT8 = C / 8;
+        int job = warp, mt = 0;
+        while (mt < MT && job >= 2 * (mt + 1)) { job -= 2 * (mt + 1); ++mt; }
+        const int nt = job;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        if (mt < MT) {
+            for (int kk = nt / 2; kk <= mt; ++kk) {
+                unsigned ah[4], al[4], bh[2], bl[2];
+                ldm_a16(AqH + mt * 16 * LC + kk * 8, LC, lane, ah);
+                ldm_a16(AqL + mt * 16 * LC + kk * 8, LC, lane, al);
+                ldmatrix_x2_trans(bh, TH + (kk * 16 + (lane & 15)) * LC + nt * 4);
+                ldmatrix_x2_trans(bl, TL + (kk * 16 + (lane & 15)) * LC + nt * 4);
+                mma_3xbf16(acc, ah, al, bh, bl);
+            }
+        }
+        static_assert(MT * (MT + 1) <= L::NW && NT8 == 2 * MT, "one A2 tile per warp");
+        __syncthreads();   // every warp has read Aqk before it is overwritten
+        if (mt < MT) store_acc_split(AqH, AqL, LC, mt * 16, nt * 8, acc, g8, t4);
+        __syncthreads();
+    }
     // ---- out: the four C x C/2 word arrays, 16 bytes per thread and step
     unsigned* out = TA + (((long long)b * H + h) * NC + n) * (4LL * C * (C / 2));
     constexpr int QW = C / 8;   // 16-byte quads per row

@@ -52,3 +52,28 @@ static __device__ __forceinline__ float4 kda_ld4(const float* p) {
 static __device__ __forceinline__ void kda_st4(float* p, float4 x) {
     *reinterpret_cast<float4*>(p) = x;
 }
+
+// Probe builds of the warp-specialised recurrences only (scripts/probe_delta_recurrence.py): in 10
+// and 12, KDA_PROBE=1 idles the consumers (they only hand the buffers back), KDA_PROBE=2 idles the
+// producers' arithmetic (copies and barriers stay), so the time of each side alone can be
+// measured. A probe build's results are meaningless.
+// KDA_PROBE=3 (10, 12, 13) computes normally and records, in lane 0 of every warp of block
+// (0, 0, 0), the SM clock at each phase boundary of the first KDA_NSTAMP chunks (into ht, which it does not write).
+#ifndef KDA_PROBE
+#define KDA_PROBE 0
+#endif
+#ifndef KDA_NSTAMP
+#define KDA_NSTAMP 48   // attnlab.delta.fast.STAMP_CHUNKS passes its own
+#endif
+#if KDA_PROBE == 3
+#define KDA_STAMP(j)                                                                                \
+    do {                                                                                            \
+        if (lane == 0 && n < KDA_NSTAMP && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && ht) { \
+            long long now_;                                                                         \
+            asm volatile("mov.u64 %0, %%clock64;" : "=l"(now_));                                   \
+            ht[(warp * KDA_NSTAMP + n) * 8 + (j)] = (float)(now_ - stamp0_);                        \
+        }                                                                                           \
+    } while (0)
+#else
+#define KDA_STAMP(j) do { } while (0)
+#endif

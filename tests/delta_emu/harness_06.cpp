@@ -8,9 +8,9 @@
 // DIR holds q k v g beta [h0] as raw float32 (C order); the program writes fz_o, fz_ht (06, one
 // kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09), ln_o, ln_ht (07 then 10) and
 // cl_o, cl_ht (07 then 11, a cluster per head), rg_o, rg_ht (07 then 12), r2_o, r2_ht (07 then 12
-// with two consumer warps per 16 value columns), bf_o, bf_ht and rb_o,
-// rb_ht (07 then 10 and 07 then 12 with bf16 inputs and output: the inputs rounded to bf16 here)
-// there.
+// with two consumer warps per 16 value columns), wg_o, wg_ht (07<A2> then 13, the warpgroup-MMA
+// recurrence), bf_o, bf_ht, rb_o, rb_ht and wb_o, wb_ht (07 then 10, 07 then 12 and 07<A2> then 13
+// with bf16 inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
 
 #include "delta/06_chunk_fused_tc.cu"
@@ -20,6 +20,7 @@
 #include "delta/10_chunk_state_lean.cu"
 #include "delta/11_chunk_state_cluster.cu"
 #include "delta/12_chunk_state_regs.cu"
+#include "delta/13_chunk_state_wgmma.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -109,6 +110,20 @@ int main(int argc, char** argv) {
     write_f32(dir + "/r2_o", o8);
     write_f32(dir + "/r2_ht", ht8);
 
+    // 07<A2> (T and A2 = Aqk T) -> 13: the recurrence on warpgroup MMAs
+    std::vector<unsigned> ta2(ta.size(), 0x7fc07fc0u);
+    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, (size_t)(LP::WORDS * 4), [&] {
+        kda_chunk_prep<K, C, false, true>(q.data(), k.data(), g.data(), beta.data(), ta2.data(), T, H, scale);
+    });
+    std::vector<float> o9(nv, nan), ht10(ns, nan);
+    using LG = KdaWgLayout<K, V, C, BV>;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LG::NTH, (size_t)LG::SMEM_BYTES, [&] {
+        kda_chunk_state_wgmma<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                           has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale);
+    });
+    write_f32(dir + "/wg_o", o9);
+    write_f32(dir + "/wg_ht", ht10);
+
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {
         std::vector<unsigned short> y(x.size());
@@ -139,5 +154,19 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/rb_o", o6);
     write_f32(dir + "/rb_ht", ht9);
+    std::vector<unsigned> tab2(ta.size(), 0x7fc07fc0u);
+    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, (size_t)(LP::WORDS * 4), [&] {
+        kda_chunk_prep<K, C, true, true>(qb.data(), kb.data(), gb.data(), bb.data(), tab2.data(), T, H, scale);
+    });
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::vector<float> ht11(ns, nan);
+    using LGB = KdaWgLayout<K, V, C, BV, true>;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LGB::NTH, (size_t)LGB::SMEM_BYTES, [&] {
+        kda_chunk_state_wgmma<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                 has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale);
+    });
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/wb_o", o6);
+    write_f32(dir + "/wb_ht", ht11);
     return 0;
 }

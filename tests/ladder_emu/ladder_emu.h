@@ -1,7 +1,9 @@
 // The lab's one CPU execution model of CUDA: enough of it to run every kernel of both families for
 // logic checks (kernels/attention/ 01-10; kernels/delta/ 01-11 with the hooks of kda_hooks.h beside
-// this file), warp MMAs, ldmatrix, cp.async, named barriers and thread-block clusters included; not
-// wgmma or TMA (notebook 11's kernels run on the GPU only). Every thread of a block is a fiber (tests/emu_fibers.h: cooperative,
+// this file), warp MMAs, ldmatrix, movmatrix, cp.async, named barriers and thread-block clusters
+// included; of Hopper's warpgroup MMAs the forms kernels/delta/13 uses (wgmma with K-major operands
+// in the 128-byte swizzle, A from registers or shared memory, deferred to the wgmma_wait that retires
+// them), not TMA or mbarriers (notebook 11's kernels run on the GPU only). Every thread of a block is a fiber (tests/emu_fibers.h: cooperative,
 // deterministic, one OS thread); __syncthreads() is a barrier over the block; __shfl_xor_sync is a
 // two-phase exchange over a per-warp barrier.
 // Blocks run one after another, so the dynamic shared memory (`extern __shared__ float smem[]`)
@@ -18,6 +20,7 @@
 #define ATTNLAB_HOST_EMULATION 1
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -88,6 +91,8 @@ struct EmuThread {
     float* block_smem = nullptr;                // this block's dynamic shared memory (clusters)
     unsigned long cluster_token = 0;
     bool cluster_arrived = false;
+    std::vector<std::function<void()>> wg_open;                 // issued wgmmas, not yet committed
+    std::vector<std::vector<std::function<void()>>> wg_groups;  // committed wgmma groups, oldest first
 };
 static EmuThread emu_host_thread;
 static inline EmuThread& emu_self() {
@@ -285,6 +290,19 @@ inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) { emu_ldmatrix<4,
 inline void ldmatrix_x2(unsigned (&r)[2], const void* p) { emu_ldmatrix<2, false>(r, p); }
 inline void ldmatrix_x2_trans(unsigned (&r)[2], const void* p) { emu_ldmatrix<2, true>(r, p); }
 
+// movmatrix.m8n8.trans.b16: lane l posts row l/4, elements 2(l%4), +1 of an 8x8 matrix and
+// receives the same positions of its transpose: M[2(l%4)][l/4] (low half), M[2(l%4)+1][l/4].
+inline unsigned movmatrix_trans(unsigned x) {
+    const unsigned lane = threadIdx.x % 32;
+    EmuWarp& w = emu_warp();
+    w.frag_a[lane][0] = x;
+    w.bar.arrive_and_wait();
+    auto elem = [&](int r, int c) { return (unsigned short)(w.frag_a[4 * r + c / 2][0] >> (16 * (c % 2))); };
+    const unsigned r = elem(2 * (lane % 4), lane / 4) | ((unsigned)elem(2 * (lane % 4) + 1, lane / 4) << 16);
+    w.bar.arrive_and_wait();
+    return r;
+}
+
 // Other shuffles the tensor-core kernels use (same two-phase exchange as the float one above).
 template <typename T>
 inline T emu_shfl(T x, int src_lane) {
@@ -315,6 +333,10 @@ inline void emu_run_thread(const std::function<void()>& kernel) {
     const EmuThread& me = emu_self();
     if (!me.open.empty() || !me.groups.empty()) {
         std::fprintf(stderr, "thread %u ended with cp.async copies never waited for\n", me.tid.x);
+        std::abort();
+    }
+    if (!me.wg_open.empty() || !me.wg_groups.empty()) {
+        std::fprintf(stderr, "thread %u ended with wgmmas never waited for\n", me.tid.x);
         std::abort();
     }
 }
@@ -392,6 +414,25 @@ inline void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr, unsigned off) {
 inline void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr, unsigned off) {
     emu_ldmatrix<4, true>(r, reinterpret_cast<const char*>(emu_dynamic_smem()) + addr + off);
 }
+// stmatrix.x4.trans: lane l posts its four registers (matrix i: row l/4, elements 2(l%4), +1) and
+// the address of row l%8 of the transpose of matrix l/8, which receives column l%8 of matrix l/8.
+inline void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
+    const unsigned lane = threadIdx.x % 32;
+    EmuWarp& w = emu_warp();
+    for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = r[i];
+    w.bar.arrive_and_wait();
+    const int mi = lane / 8, col = lane % 8;
+    unsigned short* row = reinterpret_cast<unsigned short*>(reinterpret_cast<char*>(emu_dynamic_smem()) + addr);
+    if (addr + 16 > emu_launch_smem_bytes || addr % 16 != 0) {
+        std::fprintf(stderr, "stmatrix row address %u: outside the dynamic shared memory or not 16-byte aligned\n", addr);
+        std::abort();
+    }
+    unsigned short vals[8];
+    for (int k = 0; k < 8; ++k) vals[k] = (unsigned short)(w.frag_a[4 * k + col / 2][mi] >> (16 * (col % 2)));
+    w.bar.arrive_and_wait();   // every lane has read the fragments before any row is written
+    std::memcpy(row, vals, 16);
+    w.bar.arrive_and_wait();
+}
 inline unsigned cluster_ctarank() { return emu_self().cluster ? emu_self().cluster_rank : 0u; }
 inline unsigned cluster_nctarank() { return emu_self().cluster ? (unsigned)emu_self().cluster->smem.size() : 1u; }
 inline void cluster_sync() {
@@ -468,6 +509,95 @@ inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, 
             }
         emu_fibers_run(cluster_x * threads, [&](unsigned) { emu_run_thread(kernel); }, users.data());
         for (auto& blk : blks) emu_check_named_barriers(blk);
+    }
+}
+
+// ---- warpgroup MMAs (kernels/hopper.cuh: wgmma_ss, wgmma_rs_kb and their fences), the forms
+// kernels/delta/13 uses: m64nNk16, fp32 accumulators, bf16/fp16 operands, K-major A and B in the
+// 128-byte swizzle (descriptor layout 1; anything else aborts), A from shared memory (_ss) or from
+// the warp's registers in the mma.m16n8k16 A layout (_rs_kb). A wgmma is asynchronous: here the
+// issuing thread records it, registers it reads (A) are copied at issue, and it is computed at the
+// wgmma_wait that retires its group: shared memory is read then, and the accumulators are written
+// then, so a read of them before the wait sees the old values and a tile overwritten before the
+// wait is read overwritten. Rows: warp w of the warpgroup (threadIdx.x / 32 % 4) holds rows 16w + g
+// and 16w + g + 8 of the 64 (g = lane / 4); d[4i + 0, 1] = row 16w + g, columns 8i + 2t, +1 (t =
+// lane % 4), d[4i + 2, 3] = row 16w + g + 8. Each element is one emu_block_fma of C and the 16 exact
+// products, as for mma.sync.
+// Decode a shared-memory matrix descriptor: (byte offset of element (row r, k) in the block's shared
+// memory). K-major, 128-byte swizzle: rows of 128 bytes in 8-row atoms SBO apart; the 16-byte chunk
+// of address bits 4-6 XORed with bits 7-9 (the address of the element, start included).
+inline size_t emu_sw128_offset(unsigned long long desc, int r, int k) {
+    if ((desc >> 62) != 1ull) {
+        std::fprintf(stderr, "wgmma descriptor %016llx: only the 128-byte swizzle (layout 1) is modelled\n", desc);
+        std::abort();
+    }
+    const size_t start = (size_t)(desc & 0x3FFFull) << 4, sbo = (size_t)((desc >> 32) & 0x3FFFull) << 4;
+    const size_t logical = start + (size_t)(r / 8) * sbo + (size_t)(r % 8) * 128 + 2 * (size_t)k;
+    return logical ^ (((logical >> 7) & 7) << 4);
+}
+template <bool BF16>
+inline float emu_smem_half(unsigned long long desc, int r, int k) {
+    const size_t off = emu_sw128_offset(desc, r, k);
+    const unsigned char* base = reinterpret_cast<const unsigned char*>(emu_dynamic_smem());
+    if (off + 2 > emu_launch_smem_bytes) {
+        std::fprintf(stderr, "wgmma operand at byte %zu outside the %zu bytes of dynamic shared memory\n", off,
+                     emu_launch_smem_bytes);
+        std::abort();
+    }
+    unsigned short x;
+    std::memcpy(&x, base + off, 2);
+    return BF16 ? emu_bf16_to_float(x) : f16_to_float(x);
+}
+// Record one wgmma: arow(m, k) gives A[m][k] for this thread's rows m (0 = row g, 1 = row g + 8).
+template <int N, bool BF16, class ARow>
+inline void emu_wgmma(float* d, ARow arow, unsigned long long db, int acc) {
+    EmuThread& me = emu_self();
+    const unsigned lane = threadIdx.x % 32, wiw = (threadIdx.x / 32) % 4;
+    const int g = lane / 4, t = lane % 4;
+    me.wg_open.push_back([=]() {
+        for (int e = 0; e < N / 2; ++e) {
+            const int i = e / 4, r = e % 4, m = r / 2;
+            const int row = 16 * wiw + g + 8 * m, col = 8 * i + 2 * t + r % 2;
+            double prod[16];
+            for (int k = 0; k < 16; ++k) prod[k] = (double)arow(m, row, k) * (double)emu_smem_half<BF16>(db, col, k);
+            d[e] = emu_block_fma(acc ? d[e] : 0.0f, prod, 16);
+        }
+    });
+}
+template <int N, bool BF16>
+inline void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
+    emu_wgmma<N, BF16>(d, [da](int, int row, int k) { return emu_smem_half<BF16>(da, row, k); }, db, acc);
+}
+template <int N, bool BF16>
+inline void wgmma_rs_kb(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
+    static_assert(N == 16 || N == 32, "wgmma_rs_kb: N in {16, 32}");
+    // the A rows of this thread (g and g + 8, all 16 k) from its warp's fragments, copied now
+    const unsigned lane = threadIdx.x % 32;
+    EmuWarp& w = emu_warp();
+    for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = a[i];
+    w.bar.arrive_and_wait();
+    std::array<float, 32> rows;
+    const int g = lane / 4;
+    for (int m = 0; m < 2; ++m)
+        for (int k = 0; k < 16; ++k) rows[16 * m + k] = emu_half<BF16>(w, true, g + 8 * m, k);
+    w.bar.arrive_and_wait();
+    emu_wgmma<N, BF16>(d, [rows](int m, int, int k) { return rows[16 * m + k]; }, db, acc);
+}
+inline void wgmma_fence() {}
+inline void fence_proxy_async() {}
+template <int N>
+inline void fence_regs(float (&)[N]) {}
+inline void wgmma_commit() {
+    EmuThread& me = emu_self();
+    me.wg_groups.push_back(std::move(me.wg_open));
+    me.wg_open.clear();
+}
+template <int N>
+inline void wgmma_wait() {
+    auto& groups = emu_self().wg_groups;
+    while (groups.size() > (size_t)N) {
+        for (auto& op : groups.front()) op();
+        groups.erase(groups.begin());
     }
 }
 

@@ -54,7 +54,9 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma")
+WGMMA_ARCH = "sm_90a"             # 13: wgmma (architecture-specific target: H100 / H200)
+WGMMA_THREADS = 256               # 13: the chain warpgroup and the element-wise warpgroup
 
 
 # ----------------------------------------------------------------------------- registry
@@ -100,11 +102,15 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
     DeltaKernel("12", "delta/12_chunk_state_regs.cu", "kda_chunk_state_regs", "tc", "recurrence, state in registers",
                 80, "10's producers; each consumer warp keeps 16 value columns of the state in registers as the MMAs' "
                 "A operand and runs a chunk's products with no barrier"),
+    DeltaKernel("13", "delta/13_chunk_state_wgmma.cu", "kda_chunk_state_wgmma", "tc",
+                "recurrence on warpgroup MMAs (sm_90a)", 90,
+                "one warpgroup runs each chunk's products as wgmmas with the state in its accumulators; the other "
+                "builds the element-wise operands once per element, a chunk ahead (07 hands over T and Aqk T)"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
@@ -559,6 +565,20 @@ def regs_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, roles: int = 
     return lean_smem_words(K, V, BV, C) - 2 * BV * LK - 4 * BV * LC + handover
 
 
+def wgmma_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_wgmma`` (13) in words (mirrors ``KdaWgLayout``):
+    S^T hi and lo (K x BV bf16 each), X^T and V'^T (BV rows of 128 bytes); two operand buffers, each
+    Kd^T (K rows of 128 bytes), Kbg and Qg (C x (K + 8) fp32) and 2^G_L (K fp32), rounded up to 1 KiB;
+    two copy slots, each T and A2 hi/lo (4 x C x (C/2 + 4) words) and v (C x (BV + 8) elements of
+    the input type); WG_E's half sums (2K fp32); its staging tile of g, k, q (3 x C x K elements of
+    the input type); and 1024 bytes to align the base of the swizzled
+    tiles. The bf16-I/O path (``bf16``) stores v as bf16, so it needs a little less."""
+    opb = -(-(K * 128 + 2 * C * (K + 8) * 4 + K * 4) // 1024) * 1024
+    slot = 4 * C * (C // 2 + 4) * 4 + C * (BV + 8) * (2 if bf16 else 4)
+    bytes_ = 2 * K * BV * 2 + 2 * BV * 128 + 2 * opb + 2 * slot + 2 * K * 4 + 3 * C * K * (2 if bf16 else 4)
+    return (bytes_ + 1024) // 4
+
+
 def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
     """07's output, 08's input: per (b, h, chunk) T hi, T lo, Aqk hi, Aqk lo as C x C/2 words."""
     return (B, H, -(-T // C), 4, C, C // 2)
@@ -657,7 +677,12 @@ STATE_IMPLS = {
               lambda K, V, BV, C=FUSED_CHUNK: regs_smem_words(K, V, BV, C, roles=2)),
     "ws": (WS_SRC, "kda_chunk_state_ws", WS_THREADS, ws_smem_words),
     "split": (ONCHIP_SRC, "kda_chunk_state_onchip", FUSED_THREADS, onchip_smem_words),
+    "wgmma": (WGMMA_SRC, "kda_chunk_state_wgmma", WGMMA_THREADS, wgmma_smem_words),
 }
+#: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
+#: A2 = Aqk T in place of Aqk (07's A2 template flag)
+STATE_ARCH = {"wgmma": WGMMA_ARCH}
+PREP_A2_IMPLS = ("wgmma",)
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
 #: template arguments after (K, V, C, BV, BF) of the recurrence kernels that take more
 STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,)}   # 12's consumer warps (roles) per 16 value columns
@@ -687,6 +712,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     B, T, H, K, V = dims
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
+    if impl in STATE_ARCH and int(device.compute_capability) != 90:
+        raise ValueError(f"impl={impl!r} (kernel 13, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+                         f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
                          f"{CLUSTER_MIN_CC / 10:.1f}, this GPU has {int(device.compute_capability) / 10:.1f}; "
@@ -706,10 +734,11 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     else:
         src, fn, _, words = STATE_IMPLS[impl]
         bf = io == "bf16"     # 07 and the BF16_IMPLS recurrences take it after (K, V, C, BV)
-        kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", (K, C, bf)),
+        prep_args = (K, C, bf, True) if impl in PREP_A2_IMPLS else (K, C, bf)
+        kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", prep_args),
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + STATE_EXTRA_ARGS.get(impl, ()),
-                                        defines=defines)}
+                                        defines=defines, arch=STATE_ARCH.get(impl))}
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K)
         kernels["state"].max_dynamic_shared_size_bytes = 4 * words(K, V, bv)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
@@ -731,22 +760,24 @@ def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 # ----------------------------------------------------------------------------- static build list
 
 def tc_smem_bytes(function: str, args: tuple) -> int:
-    """Dynamic shared memory (bytes) a tensor-core kernel (06-12) is launched with, from its
+    """Dynamic shared memory (bytes) a tensor-core kernel (06-13) is launched with, from its
     function name and template arguments (K, V or C, ...) as :func:`static_instantiations` lists them."""
     if function == "kda_chunk_fused":
         return 4 * fused_smem_words(args[0], args[1], args[3])
     if function == "kda_chunk_prep":
         return 4 * prep_smem_words(args[0])
+    if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF)
+        return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return 4 * regs_smem_words(args[0], args[1], args[3], args[2], roles=args[5] if len(args) > 5 else 1)
     for _, fn, _, words in STATE_IMPLS.values():
         if fn == function:
             return 4 * words(args[0], args[1], args[3])
-    raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-12)")
+    raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-13)")
 
 
 def tc_threads(function: str, args: tuple) -> int:
-    """Block size a tensor-core kernel (06-12) is launched with, from its function name and template
+    """Block size a tensor-core kernel (06-13) is launched with, from its function name and template
     arguments as :func:`static_instantiations` lists them (07: the three blocks per SM it is sized for)."""
     if function == "kda_chunk_fused":
         return FUSED_THREADS
@@ -757,14 +788,14 @@ def tc_threads(function: str, args: tuple) -> int:
     for _, fn, threads, _ in STATE_IMPLS.values():
         if fn == function:
             return threads(args[3]) if callable(threads) else threads
-    raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-12)")
+    raise ValueError(f"{function!r} is not a tensor-core delta kernel (06-13)")
 
 
 def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK,), bvs=(16, 32),
                           tensor_cores: bool = True, forms=("recurrent", "chunked")) -> list[tuple]:
     """(source, function, template args) of every kernel a default run at (K, V) uses, for the
-    registry forms asked for ("recurrent", "chunked": notebook 07; "tc": 06-10 and "cluster": 11,
-    notebook 13).
+    registry forms asked for ("recurrent", "chunked": notebook 07; "tc": 06-10 and 12, "cluster": 11,
+    "wgmma": 13 and 07<A2>, notebook 13).
     With ``tensor_cores=False``, none that needs sm_80+."""
     out = []
     if "recurrent" in forms:
@@ -791,4 +822,18 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((REGS_SRC, "kda_chunk_state_regs", (K, V, FUSED_CHUNK, bv, False, 2)))   # two roles
     if "cluster" in forms and tensor_cores:
         out += [(CLUSTER_SRC, "kda_chunk_state_cluster", (K, V, FUSED_CHUNK, bv)) for bv in bvs if V // bv <= 8]
+    if "wgmma" in forms and tensor_cores:   # 13 and the 07<A2> it reads: sm_90a (static_arch)
+        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, False, True)))
+        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, True, True)))
+        for bv in bvs:
+            out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, False)))
+            out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
     return out
+
+
+def static_arch(function: str, arch: str = "sm_90") -> str:
+    """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
+    the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
+    if function == "kda_chunk_state_wgmma":
+        return WGMMA_ARCH
+    return arch
