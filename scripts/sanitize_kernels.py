@@ -3,7 +3,7 @@
 
     python scripts/sanitize_kernels.py                 # memcheck, racecheck, synccheck, initcheck
     python scripts/sanitize_kernels.py --tools memcheck
-    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-11 instead (kns=kda_)
+    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-13 instead (kns=kda_)
     python scripts/sanitize_kernels.py --list          # what the worker launches (no GPU needed)
 
 The driver runs this script's worker once per tool under ``compute-sanitizer --tool <tool>

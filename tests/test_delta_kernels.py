@@ -257,7 +257,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
@@ -272,7 +272,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     with pytest.raises(ValueError, match=r"io must be one of \('fp32', 'bf16'\)"):
         dk.validate_inputs(**t, io="fp16")
     bf = [a for _, f, a in dk.static_instantiations(128, 128, forms=("tc",)) if a[-1] is True]
-    assert (128, 32, True) in bf and (128, 128, 32, 32, True) in bf
+    assert (128, 32, True, False) in bf and (128, 128, 32, 32, True) in bf
 
 
 def test_static_list_has_a_tensor_core_state_pass_for_each_small_chunk():

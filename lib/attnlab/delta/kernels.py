@@ -9,8 +9,9 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (tensor cores, 3xTF32; chunks of 16/32/64 on sm_80+) or ``04_chunk_state.cu`` (fp32 FMAs, any
   chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``;
 * :func:`kda_tc` — tensor cores with 3xBF16 products, chunks of 32, sm_80+ (notebook 13):
-  ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``12``
-  (``"regs"``), → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
+  ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``13``
+  (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``12`` (``"regs"``),
+  → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
 Every kernel is a step of :data:`DELTA_KERNELS`, the family's registry.
@@ -701,7 +702,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10 or 12), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12 or 13), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     import cupy as cp
 
@@ -734,7 +735,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     else:
         src, fn, _, words = STATE_IMPLS[impl]
         bf = io == "bf16"     # 07 and the BF16_IMPLS recurrences take it after (K, V, C, BV)
-        prep_args = (K, C, bf, True) if impl in PREP_A2_IMPLS else (K, C, bf)
+        prep_args = (K, C, bf, impl in PREP_A2_IMPLS)   # 07's A2 flag: Aqk T in place of Aqk (13)
         kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", prep_args),
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + STATE_EXTRA_ARGS.get(impl, ()),
@@ -750,9 +751,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
            output_final_state: bool = False, bv: int | None = None, impl: str = DEFAULT_TC_IMPL):
     """Chunked KDA on tensor cores with 3xBF16 products (fp32 in and out, fp32-class accuracy):
-    07 -> 10 (``impl="lean"``, default), 07 -> 12 (``"regs"``), 07 -> 11 (``"cluster"``), 07 -> 09
+    07 -> 10 (``impl="lean"``, default), 07 -> 13 (``"wgmma"``, sm_90a), 07 -> 12 (``"regs"``), 07 -> 11 (``"cluster"``), 07 -> 09
     (``"ws"``), 07 -> 08 (``"split"``) or 06 (``"fused"``). Returns CuPy ``(o, final_state or None)``.
-    With torch bfloat16 q, k, v, g, beta (07 -> 10 or 12): o is a torch bfloat16 tensor, the final
+    With torch bfloat16 q, k, v, g, beta (07 -> 10, 12 or 13): o is a torch bfloat16 tensor, the final
     state a CuPy float32 array."""
     return prepare_tc(q, k, v, g, beta, scale, initial_state, output_final_state, bv, impl=impl).run()
 
@@ -809,8 +810,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                 if tensor_cores and C in TC_CHUNK:
                     out.append((STATE_TC_SRC, "kda_chunk_state_tc", (K, V, C, bv)))
     if "tc" in forms and tensor_cores:
-        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, False)))
-        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, True)))          # bf16 I/O
+        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, False, False)))
+        out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, True, False)))   # bf16 I/O
         for bv in bvs:
             out.append((FUSED_SRC, "kda_chunk_fused", (K, V, FUSED_CHUNK, bv)))
             out.append((ONCHIP_SRC, "kda_chunk_state_onchip", (K, V, FUSED_CHUNK, bv)))
