@@ -25,8 +25,8 @@ static __device__ __forceinline__ unsigned long long wgmma_desc_sw128(unsigned a
 
 // The CPU model of tests/ladder_emu/ defines ATTNLAB_HOST_EMULATION and supplies host versions of
 // the wgmma fences, wgmma_ss and wgmma_rs_kb (K-major operands with the 128-byte swizzle only),
-// fence_regs and fence_proxy_async; TMA, mbarriers, setmaxnreg and the MN-major wgmma_rs are
-// device-only (notebook 11's kernels run on the GPU only).
+// fence_regs and fence_proxy_async, the mbarriers and the multicast bulk copy; TMA tensor copies,
+// setmaxnreg and the MN-major wgmma_rs are device-only (notebook 11's kernels run on the GPU only).
 #ifndef ATTNLAB_HOST_EMULATION
 // A CUtensorMap (driver API, 128 bytes, 64-byte aligned), built on the host by
 // cuTensorMapEncodeTiled (attnlab.tma) and passed by value as a __grid_constant__ parameter.
@@ -55,6 +55,33 @@ static __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned phase) {
         "WAIT:\n"   // labels are local to the { } block, so every inlined copy may use this name
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra WAIT;\n}\n" :: "r"(bar), "r"(phase) : "memory");
+}
+
+// ---- a cluster's mbarriers (kernels/delta/14): an arrival on the barrier at the same offset in block
+// `rank` of the cluster, released at cluster scope (this thread's earlier shared-memory reads are
+// ordered before anything the waiting block does next, such as a copy that overwrites what was
+// read), and a wait that acquires at cluster scope (the arrivals of other blocks).
+static __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank) {
+    asm volatile(
+        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" :: "r"(bar), "r"(rank) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned phase) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n}\n" :: "r"(bar), "r"(phase) : "memory");
+}
+
+// ---- bulk copy (no tensor map): `bytes` (a multiple of 16, 16-byte aligned) of contiguous global
+// memory into shared memory at offset `dst` of every block of the cluster whose rank is set in
+// `mask`, each completing the bytes on its own barrier at offset `bar` (sm_90a for the multicast).
+static __device__ __forceinline__ void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                                           unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
+        :: "r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(mask) : "memory");
 }
 
 // ---- TMA: box of a 3-D tensor map at coordinates (c0 innermost, c1, c2) -> shared memory.

@@ -10,6 +10,12 @@
 # as .devcache.tgz (`cat devcache.tgz.part-* > .devcache.tgz`) and carry it (`carry: [".whl",
 # ".devcache.tgz"]`: packed, it fits the carry limit that the unpacked folder does not) to start the
 # next call warm, as a second run on one machine would.
+# Provenance: the device's copy of the working tree comes with the git metadata of the session's
+# start, not of the commit being run, so every row would read `git_dirty True` under an old commit.
+# Carry the commits since then as a bundle (here: `git bundle create .devgit.bundle START..HEAD`,
+# START being a commit the device's copy has; `carry: [..., ".devgit.bundle"]`): this script fetches
+# it and points HEAD and the index at its tip, so `git status` there compares the tree that runs with
+# the commit it claims to be; a tree that differs still reads dirty.
 # ATTNLAB_DEVICE_TIMEOUT=S stops the command after S seconds (SIGINT: the report runner records what
 # finished), so the results are still packed before the call's own limit.
 set -uo pipefail
@@ -17,6 +23,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH=/tmp/site:$PWD/lib PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH JUPYTER_PATH=/tmp/site/share/jupyter
 export ATTNLAB_CACHE_DIR=${ATTNLAB_CACHE_DIR:-$PWD/.devcache}
 mkdir -p "$ATTNLAB_CACHE_DIR"
+if [ -f .devgit.bundle ]; then
+  git fetch -q .devgit.bundle HEAD && git reset -q --mixed FETCH_HEAD || echo "device_run: .devgit.bundle not applied"
+fi
+echo "commit: $(git rev-parse HEAD 2>/dev/null), changed files: $(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
 if [ -f .devcache.tgz ]; then tar xzf .devcache.tgz -C "$(dirname "$ATTNLAB_CACHE_DIR")"; fi
 echo "compile caches: $ATTNLAB_CACHE_DIR ($(find "$ATTNLAB_CACHE_DIR" -type f | wc -l) files at the start)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv

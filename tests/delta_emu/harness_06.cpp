@@ -9,8 +9,10 @@
 // kernel), ts_o, ts_ht (07 then 08), ws_o, ws_ht (07 then 09), ln_o, ln_ht (07 then 10) and
 // cl_o, cl_ht (07 then 11, a cluster per head), rg_o, rg_ht (07 then 12), r2_o, r2_ht (07 then 12
 // with two consumer warps per 16 value columns), wg_o, wg_ht (07<A2> then 13, the warpgroup-MMA
-// recurrence), bf_o, bf_ht, rb_o, rb_ht and wb_o, wb_ht (07 then 10, 07 then 12 and 07<A2> then 13
-// with bf16 inputs and output: the inputs rounded to bf16 here) there.
+// recurrence), mc_o, mc_ht and m2_o, m2_ht (07<A2> then 14, the inputs multicast to a cluster of all
+// of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc), bf_o, bf_ht,
+// rb_o, rb_ht, wb_o, wb_ht and mb_o, mb_ht (07 then 10, 07 then 12, 07<A2> then 13 and 07<A2> then
+// 14 with bf16 inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
 
 #include "delta/06_chunk_fused_tc.cu"
@@ -21,6 +23,7 @@
 #include "delta/11_chunk_state_cluster.cu"
 #include "delta/12_chunk_state_regs.cu"
 #include "delta/13_chunk_state_wgmma.cu"
+#include "delta/14_chunk_state_multicast.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -123,6 +126,27 @@ int main(int argc, char** argv) {
     });
     write_f32(dir + "/wg_o", o9);
     write_f32(dir + "/wg_ht", ht10);
+    // 07<A2> -> 14: 13 with the q, k, g rows multicast to a cluster of the head's value blocks (all of
+    // them; and pairs of them where a head has four or more)
+    using LM = KdaWgLayout<K, V, C, BV, false, 2>;
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+    emu_launch_cluster(dim3{V / BV, (unsigned)H, (unsigned)B}, V / BV, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
+        kda_chunk_state_mc<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                        has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale);
+    });
+    write_f32(dir + "/mc_o", o9);
+    write_f32(dir + "/mc_ht", ht10);
+    if constexpr (V / BV >= 4) {
+        std::fill(o9.begin(), o9.end(), nan);
+        std::fill(ht10.begin(), ht10.end(), nan);
+        emu_launch_cluster(dim3{V / BV, (unsigned)H, (unsigned)B}, 2, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
+            kda_chunk_state_mc<K, V, C, BV, false, 2>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                                      has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale);
+        });
+    }
+    write_f32(dir + "/m2_o", o9);
+    write_f32(dir + "/m2_ht", ht10);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {
@@ -168,5 +192,15 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/wb_o", o6);
     write_f32(dir + "/wb_ht", ht11);
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    using LMB = KdaWgLayout<K, V, C, BV, true, 2>;
+    emu_launch_cluster(dim3{V / BV, (unsigned)H, (unsigned)B}, V / BV, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
+        kda_chunk_state_mc<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                              has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale);
+    });
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/mb_o", o6);
+    write_f32(dir + "/mb_ht", ht11);
     return 0;
 }

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -67,15 +68,29 @@ struct EmuNamedBar {
     int count = 0;
     unsigned gen = 0;
 };
+// An mbarrier (kernels/hopper.cuh: mbar_*): arrivals still expected in the current phase, the
+// transaction bytes still expected (negative while copies landed before their expect_tx), the phase
+// count, and the bulk copies addressed to it that have not landed yet (each lands, writing its
+// bytes and completing its transactions, when a thread waits on the barrier, or at once if one
+// already waits).
+struct EmuBulk { unsigned dst; std::vector<unsigned char> data; };
+struct EmuMbar {
+    unsigned count = 0, pending = 0, phase = 0, waiters = 0;
+    long long tx = 0;
+    std::vector<EmuBulk> inflight;
+};
 struct EmuBlock {
     EmuBarrier bar;
     std::vector<std::unique_ptr<EmuWarp>> warps;
     EmuNamedBar named[16];
+    std::map<unsigned, EmuMbar> mbars;   // by shared-space address (byte offset)
+    unsigned char* smem_base = nullptr;  // this block's dynamic shared memory
 };
 struct EmuCopy { void* dst; unsigned char data[16]; };
 struct EmuCluster {
     EmuBarrier bar;
     std::vector<float*> smem;
+    std::vector<EmuBlock*> blocks;
 };
 // One CUDA thread's state: its indices, its block (and cluster), its cp.async groups. The running
 // fiber's is emu_self(); outside a launch (harness code) a host placeholder. (Per fiber, not
@@ -352,6 +367,15 @@ inline void emu_check_named_barriers(const EmuBlock& blk) {
         }
 }
 
+// A finished block may leave no bulk copy that never landed (issued, never waited for).
+inline void emu_check_mbarriers(const EmuBlock& blk) {
+    for (const auto& [addr, m] : blk.mbars)
+        if (!m.inflight.empty()) {
+            std::fprintf(stderr, "mbarrier at byte %u left with %zu bulk copies nobody waited for\n", addr, m.inflight.size());
+            std::abort();
+        }
+}
+
 // Device-wide atomics and fences (kernels/attention/10h: blocks hand parts of a row block to the
 // last one to finish it). Blocks run one after another here, so an atomic is a plain
 // read-modify-write and a fence orders nothing further; which block comes last is what varies,
@@ -379,6 +403,7 @@ inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const st
     for (unsigned b = 0; b < nblocks; ++b) {
         EmuBlock blk;
         blk.bar = EmuBarrier(threads);
+        blk.smem_base = reinterpret_cast<unsigned char*>(smem);
         for (unsigned w = 0; w < threads / 32; ++w) blk.warps.push_back(std::make_unique<EmuWarp>());
         std::fill(smem, smem + smem_bytes / sizeof(float), std::numeric_limits<float>::quiet_NaN());
         for (unsigned t = 0; t < threads; ++t) {
@@ -390,6 +415,7 @@ inline void emu_launch3(dim3 grid, unsigned threads, size_t smem_bytes, const st
         }
         emu_fibers_run(threads, [&](unsigned) { emu_run_thread(kernel); }, users.data());
         emu_check_named_barriers(blk);
+        emu_check_mbarriers(blk);
     }
 }
 inline void emu_launch(unsigned grid, unsigned threads, size_t smem_bytes, const std::function<void()>& kernel) {
@@ -492,6 +518,8 @@ inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, 
         for (unsigned r = 0; r < cluster_x; ++r) {
             cl.smem.push_back(mem[r].data());
             blks[r].bar = EmuBarrier(threads);
+            blks[r].smem_base = reinterpret_cast<unsigned char*>(mem[r].data());
+            cl.blocks.push_back(&blks[r]);
             for (unsigned w = 0; w < threads / 32; ++w) blks[r].warps.push_back(std::make_unique<EmuWarp>());
         }
         std::vector<EmuThread> ts(cluster_x * threads);
@@ -508,7 +536,120 @@ inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, 
                 users[r * threads + t] = &th;
             }
         emu_fibers_run(cluster_x * threads, [&](unsigned) { emu_run_thread(kernel); }, users.data());
-        for (auto& blk : blks) emu_check_named_barriers(blk);
+        for (auto& blk : blks) {
+            emu_check_named_barriers(blk);
+            emu_check_mbarriers(blk);
+        }
+    }
+}
+
+// ---- mbarriers and bulk copies (kernels/hopper.cuh: mbar_*, bulk_copy_multicast), the forms
+// kernels/delta/14 uses. A barrier is addressed by its shared-space byte offset; its state lives
+// beside the block (EmuBlock::mbars), and mbar_init writes a marker into its 8 bytes of shared
+// memory, so a tile written over a barrier, or a barrier used before its init, aborts. A bulk copy
+// reads its source when issued and is delivered, to the same offset in each block of its cluster
+// mask, when a thread waits on that block's barrier (a read of the tile before the wait sees what
+// was there before); the barrier's phase completes when its arrivals are in and its transaction
+// bytes have landed, as on the GPU.
+constexpr unsigned long long EMU_MBAR_MARK = 0x6d62617272696572ull;   // "mbarrier"
+inline EmuBlock& emu_cluster_block(unsigned rank, const char* what) {
+    EmuThread& me = emu_self();
+    if (!me.cluster) {
+        if (rank != 0) { std::fprintf(stderr, "%s: rank %u outside a cluster launch\n", what, rank); std::abort(); }
+        return *me.block;
+    }
+    if (rank >= me.cluster->blocks.size()) {
+        std::fprintf(stderr, "%s: rank %u outside the cluster of %zu\n", what, rank, me.cluster->blocks.size());
+        std::abort();
+    }
+    return *me.cluster->blocks[rank];
+}
+inline EmuMbar& emu_mbar(EmuBlock& blk, unsigned bar) {
+    auto it = blk.mbars.find(bar);
+    if (it == blk.mbars.end()) { std::fprintf(stderr, "mbarrier at byte %u used before mbar_init\n", bar); std::abort(); }
+    unsigned long long mark;
+    std::memcpy(&mark, blk.smem_base + bar, 8);
+    if (mark != EMU_MBAR_MARK) { std::fprintf(stderr, "mbarrier at byte %u overwritten in shared memory\n", bar); std::abort(); }
+    return it->second;
+}
+inline void emu_mbar_complete(EmuMbar& m) {
+    if (m.pending == 0 && m.tx == 0) { ++m.phase; m.pending = m.count; }
+}
+inline void emu_mbar_arrive(EmuMbar& m, unsigned bar) {
+    emu_fiber_note_progress();
+    if (m.pending == 0) { std::fprintf(stderr, "mbarrier at byte %u: more arrivals than its count\n", bar); std::abort(); }
+    --m.pending;
+    emu_mbar_complete(m);
+}
+// Deliver the copies addressed to barrier `bar` of block `blk`: bytes into its shared memory, then
+// their transactions completed.
+inline void emu_mbar_land(EmuBlock& blk, EmuMbar& m) {
+    for (const EmuBulk& c : m.inflight) {
+        std::memcpy(blk.smem_base + c.dst, c.data.data(), c.data.size());
+        m.tx -= (long long)c.data.size();
+        emu_fiber_note_progress();
+    }
+    m.inflight.clear();
+    emu_mbar_complete(m);
+}
+inline void mbar_init(unsigned bar, unsigned count) {
+    EmuBlock& blk = *emu_self().block;
+    if (bar % 8 != 0 || bar + 8 > emu_launch_smem_bytes || count == 0) {
+        std::fprintf(stderr, "mbar_init at byte %u (count %u): not 8-byte aligned inside the shared memory\n", bar, count);
+        std::abort();
+    }
+    std::memcpy(blk.smem_base + bar, &EMU_MBAR_MARK, 8);
+    EmuMbar& m = blk.mbars[bar];
+    m = EmuMbar{};
+    m.count = m.pending = count;
+}
+inline void mbar_init_fence() {}
+inline void mbar_arrive(unsigned bar) {
+    EmuBlock& blk = *emu_self().block;
+    emu_mbar_arrive(emu_mbar(blk, bar), bar);
+}
+inline void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    EmuBlock& blk = *emu_self().block;
+    EmuMbar& m = emu_mbar(blk, bar);
+    m.tx += bytes;
+    emu_mbar_arrive(m, bar);
+}
+// An arrival on the barrier at the same offset in block `rank` of the cluster (release, cluster scope).
+inline void mbar_arrive_cluster(unsigned bar, unsigned rank) {
+    EmuBlock& blk = emu_cluster_block(rank, "mbar_arrive_cluster");
+    emu_mbar_arrive(emu_mbar(blk, bar), bar);
+}
+// Wait until the phase of parity `parity` has completed (try_wait.parity in a loop).
+inline void mbar_wait(unsigned bar, unsigned parity) {
+    EmuBlock& blk = *emu_self().block;
+    EmuMbar& m = emu_mbar(blk, bar);
+    emu_mbar_land(blk, m);
+    ++m.waiters;
+    while ((m.phase & 1u) == (parity & 1u)) emu_wait_while(&m.phase, m.phase);
+    --m.waiters;
+}
+inline void mbar_wait_cluster(unsigned bar, unsigned parity) { mbar_wait(bar, parity); }
+// cp.async.bulk global -> shared::cluster, multicast: `bytes` from src to offset dst of every block
+// whose rank is set in `mask`, each completing its transactions on its barrier at offset `bar`.
+inline void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes, unsigned bar, unsigned short mask) {
+    if (dst % 16 != 0 || bytes % 16 != 0 || bytes == 0 || reinterpret_cast<std::uintptr_t>(src) % 16 != 0 ||
+        dst + bytes > emu_launch_smem_bytes || mask == 0) {
+        std::fprintf(stderr, "bulk copy of %u bytes to byte %u (mask %x): sizes and addresses must be multiples of 16 "
+                             "inside the shared memory\n", bytes, dst, (unsigned)mask);
+        std::abort();
+    }
+    if (dst < bar + 8 && bar < dst + bytes) {
+        std::fprintf(stderr, "bulk copy to bytes %u..%u overwrites its mbarrier at %u\n", dst, dst + bytes, bar);
+        std::abort();
+    }
+    for (unsigned r = 0; r < 16; ++r) {
+        if (!(mask >> r & 1u)) continue;
+        EmuBlock& blk = emu_cluster_block(r, "bulk_copy_multicast");
+        EmuMbar& m = emu_mbar(blk, bar);
+        EmuBulk c{dst, std::vector<unsigned char>(bytes)};
+        std::memcpy(c.data.data(), src, bytes);
+        m.inflight.push_back(std::move(c));
+        if (m.waiters > 0) emu_mbar_land(blk, m);   // someone waits already: it lands now
     }
 }
 

@@ -26,14 +26,17 @@ REL_ERR_BOUND = REL_ERR_TARGET
 #: the implementations timed, in ladder order: (label, impl for prepare_tc or None, steps)
 TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")),
             ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")),
-            ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")))
+            ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
+            ("07+14", "multicast", ("07", "14")), ("07+14 pairs", "multicast2", ("07", "14")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
-STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10"}
+STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
+                     "07+14": "07+13", "07+14 pairs": "07+14"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
 BF16_IO = "07+10 bf16 I/O"
-BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")))
+BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")),
+                 ("07+14 bf16 I/O", "multicast", ("07", "14")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -328,6 +331,11 @@ PRODUCER_STAMP_PHASES = {"wgmma": (("staged chunk read, next copies issued, wait
                                    ("gates, e^G; Kbg, Qg, Kd^T, 2^G_L stored", 1, 2),
                                    ("fence, FULL", 2, 3))}
 PRODUCER_WARPS = {"wgmma": 4}
+#: 14 runs 13's chain and WG_E arithmetic; its WG_E waits on the tile's mbarrier and the cluster's release
+CONSUMER_STAMP_PHASES["multicast"] = CONSUMER_STAMP_PHASES["wgmma"]
+PRODUCER_STAMP_PHASES["multicast"] = (("tile landed and read, cluster released it, next rows multicast, "
+                                       "wait for EMPTY", 0, 1),) + PRODUCER_STAMP_PHASES["wgmma"][1:]
+PRODUCER_WARPS["multicast"] = 4
 
 
 def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: int = 8,
@@ -363,11 +371,13 @@ def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: in
 
 
 #: Probe builds timed beside the recurrences they change (results meaningless, times telling):
-#: (label, impl, defines). 10: each side alone; 13: no input copies after chunk 0, WG_E's arithmetic idle.
+#: (label, impl, defines). 10: each side alone; 13: no input copies after chunk 0, WG_E's arithmetic idle;
+#: 14, which multicasts the inputs that KDA_PROBE=4 removes, beside them.
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
-                ("13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgmma", {"KDA_PROBE": 5}))
+                ("13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgmma", {"KDA_PROBE": 5}),
+                ("14", "multicast", {}))
 
 
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:

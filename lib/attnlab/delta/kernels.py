@@ -10,7 +10,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``;
 * :func:`kda_tc` — tensor cores with 3xBF16 products, chunks of 32, sm_80+ (notebook 13):
   ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``13``
-  (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``12`` (``"regs"``),
+  (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``14`` (``"multicast"``:
+  13 with the inputs multicast to a cluster of the head's value blocks, sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -55,9 +56,9 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma")
-WGMMA_ARCH = "sm_90a"             # 13: wgmma (architecture-specific target: H100 / H200)
-WGMMA_THREADS = 256               # 13: the chain warpgroup and the element-wise warpgroup
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "multicast", "multicast2")
+WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
+WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
 
 
 # ----------------------------------------------------------------------------- registry
@@ -107,11 +108,15 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "recurrence on warpgroup MMAs (sm_90a)", 90,
                 "one warpgroup runs each chunk's products as wgmmas with the state in its accumulators; the other "
                 "builds the element-wise operands once per element, a chunk ahead (07 hands over T and Aqk T)"),
+    DeltaKernel("14", "delta/14_chunk_state_multicast.cu", "kda_chunk_state_mc", "tc",
+                "recurrence on warpgroup MMAs, inputs multicast (sm_90a)", 90,
+                "13 with a head's value blocks as one cluster: each q, k, g row of a chunk is one bulk copy from L2, "
+                "multicast into every block's staging tile and completed on an mbarrier"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
@@ -580,6 +585,18 @@ def wgmma_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool =
     return (bytes_ + 1024) // 4
 
 
+def mc_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_mc`` (14) in words: 13's and its staging tile's two
+    mbarriers (``KdaWgLayout<..., 2>``)."""
+    return wgmma_smem_words(K, V, BV, C, bf16) + 4
+
+
+def mc_cluster(V: int, bv: int, impl: str = "multicast") -> int:
+    """Blocks per cluster of 14: the head's V / bv value blocks (``"multicast"``), or pairs of them
+    (``"multicast2"``)."""
+    return 2 if impl == "multicast2" and V // bv >= 2 else V // bv
+
+
 def ta_workspace_shape(B: int, T: int, H: int, C: int = FUSED_CHUNK) -> tuple:
     """07's output, 08's input: per (b, h, chunk) T hi, T lo, Aqk hi, Aqk lo as C x C/2 words."""
     return (B, H, -(-T // C), 4, C, C // 2)
@@ -679,14 +696,27 @@ STATE_IMPLS = {
     "ws": (WS_SRC, "kda_chunk_state_ws", WS_THREADS, ws_smem_words),
     "split": (ONCHIP_SRC, "kda_chunk_state_onchip", FUSED_THREADS, onchip_smem_words),
     "wgmma": (WGMMA_SRC, "kda_chunk_state_wgmma", WGMMA_THREADS, wgmma_smem_words),
+    "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
+    "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
-STATE_ARCH = {"wgmma": WGMMA_ARCH}
-PREP_A2_IMPLS = ("wgmma",)
+STATE_ARCH = {"wgmma": WGMMA_ARCH, "multicast": WGMMA_ARCH, "multicast2": WGMMA_ARCH}
+PREP_A2_IMPLS = ("wgmma", "multicast", "multicast2")
+#: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
+CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
 #: template arguments after (K, V, C, BV, BF) of the recurrence kernels that take more
-STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,)}   # 12's consumer warps (roles) per 16 value columns
+STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles) per 16 value columns
+                    # 14's blocks per cluster, from (V, bv)
+                    "multicast": lambda V, bv: (mc_cluster(V, bv),),
+                    "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"),)}
+
+
+def state_extra_args(impl: str, V: int, bv: int) -> tuple:
+    """Template arguments of ``impl``'s recurrence after (K, V, C, BV, BF) (:data:`STATE_EXTRA_ARGS`)."""
+    extra = STATE_EXTRA_ARGS.get(impl, ())
+    return extra(V, bv) if callable(extra) else extra
 DEFAULT_TC_IMPL = "lean"
 
 
@@ -702,7 +732,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12 or 13), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13 or 14), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     import cupy as cp
 
@@ -714,7 +744,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
-        raise ValueError(f"impl={impl!r} (kernel 13, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+        raise ValueError(f"impl={impl!r} (kernels 13-14, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
@@ -724,8 +754,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         bv = default_bv(B, H, V, sms)
     validate_config(K, V, FUSED_CHUNK, bv=bv)
-    if impl == "cluster" and V // bv > 8:
-        raise ValueError(f"impl='cluster' runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
+    if impl in CLUSTER_IMPLS and V // bv > 8:
+        raise ValueError(f"impl={impl!r} runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
                          "pass bv=32 or impl='lean'")
     C = FUSED_CHUNK
     if impl == "fused":
@@ -738,7 +768,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         prep_args = (K, C, bf, impl in PREP_A2_IMPLS)   # 07's A2 flag: Aqk T in place of Aqk (13)
         kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", prep_args),
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
-                                        + STATE_EXTRA_ARGS.get(impl, ()),
+                                        + state_extra_args(impl, V, bv),
                                         defines=defines, arch=STATE_ARCH.get(impl))}
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K)
         kernels["state"].max_dynamic_shared_size_bytes = 4 * words(K, V, bv)
@@ -769,6 +799,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * prep_smem_words(args[0])
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF)
         return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
+    if function == "kda_chunk_state_mc":   # (K, V, C, BV, BF, CL)
+        return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return 4 * regs_smem_words(args[0], args[1], args[3], args[2], roles=args[5] if len(args) > 5 else 1)
     for _, fn, _, words in STATE_IMPLS.values():
@@ -829,12 +861,15 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
         for bv in bvs:
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, False)))
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
+            if V // bv <= 8:   # 14: the head's value blocks as one cluster
+                out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, False, mc_cluster(V, bv))))
+                out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, True, mc_cluster(V, bv))))
     return out
 
 
 def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
-    if function == "kda_chunk_state_wgmma":
+    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc"):
         return WGMMA_ARCH
     return arch

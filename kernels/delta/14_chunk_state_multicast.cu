@@ -1,0 +1,118 @@
+// 14 — chunked KDA, 13's recurrence with each chunk's q, k, g fetched once per cluster: the value
+// blocks of a head form a thread-block cluster, and every row of the chunk's inputs reaches all of
+// their staging tiles from one bulk copy, multicast, completing on an mbarrier.
+//
+// What changed from 13, and why. Notebook 13's probe builds of 13 put its largest single cost in
+// the input traffic: with no input copies after chunk 0 (KDA_PROBE=4) the recurrence ran in 0.84 ms
+// against 1.49 ms at T = 16384, and its clock stamps had the element-wise warpgroup (WG_E) waiting
+// for its staged q, k, g about two thirds of each chunk, although the cp.async copies were issued a
+// whole chunk ahead. Each of a head's V / BV value blocks fetched the same 3 x C x K inputs through
+// its own load/store unit: at BV = 32 four copies of every q, k, g row cross from L2 to the SMs, in
+// 16-byte pieces issued by 128 threads. Here:
+//  * A head's CL value blocks (CL divides V / BV; the launcher's default is the whole head) are one
+//    cluster. Block `rank` of the cluster fetches rows rank, rank + CL, ... of the chunk's 3C token
+//    rows (g, k, q; K elements each, contiguous in memory) with one `cp.async.bulk ... .multicast::
+//    cluster` each, issued by one lane of WG_E's first warp: the row lands at the same offset in the
+//    staging tile of every block of the cluster, and L2 serves each row once per cluster instead of
+//    once per block.
+//  * The copies complete on an mbarrier per block (FULL_T: one local arrival that announces the tile's
+//    bytes, plus the bytes themselves); WG_E waits on it instead of cp.async.wait + a barrier.
+//  * The tile is overwritten by the next chunk's copies only once every block of the cluster has
+//    read it: after reading, one thread of each block arrives on the EMPTY_T mbarrier of every block
+//    (remote arrivals, release at cluster scope), and the issuing warp of each block waits for all
+//    CL arrivals before it fetches chunk n + 1 into everyone's tile.
+//  * Rows past T are fetched as a repeat of row T - 1 (every block then expects the same byte count)
+//    and read as zeros, as 13's zero-filled cp.async gave.
+// WG_C (the chain of products) and WG_E's arithmetic are 13's, unchanged (wgmma_recurrence.cuh);
+// the results are bit-identical to 13's on the CPU model.
+//
+// Launch: grid (V / BV, H, B), 256 threads, clusters of CL blocks along x (compile-time
+// __cluster_dims__), 13's dynamic shared memory plus two mbarriers. Requires sm_90a (wgmma,
+// stmatrix, multicast bulk copies).
+#include "wgmma_recurrence.cuh"
+
+template <int K, int V, int C, int BV, bool BF = false, int CL = V / BV>   // CL: blocks per cluster
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 1)
+kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+                   const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
+                   const typename KdaIn<BF>::T* __restrict__ beta,
+                   const unsigned* __restrict__ TA,          // [B, H, NC, 4, C, C/2] from 07<A2>: T, A2 = Aqk T
+                   const float* __restrict__ h0,             // [B,H,K,V] fp32, or nullptr
+                   typename KdaIn<BF>::T* __restrict__ o,    // [B,T,H,V]
+                   float* __restrict__ ht,                   // [B,H,K,V] fp32, or nullptr
+                   int T, int H, float scale) {
+    using L = KdaWgLayout<K, V, C, BV, BF, 2>;               // 13's layout and FULL_T, EMPTY_T
+    using TIn = typename KdaIn<BF>::T;
+    static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
+    static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
+    static_assert(CL >= 1 && CL <= 8 && (V / BV) % CL == 0, "a cluster is 1-8 of a head's value blocks");
+    constexpr int BAR_PROD = KdaWgBars::PROD, BAR_EMPTY = KdaWgBars::EMPTY;
+
+    KDA_DYNAMIC_SHARED(smem_f);
+    const KdaWgCtx<L> cx = kda_wg_ctx<L>(smem_f, T, H);
+    const int warp = cx.warp, lane = cx.lane, h = cx.h, b = cx.b, NC = cx.NC;
+    const long long TT = cx.TT, stamp0_ = cx.stamp0_;
+    (void)stamp0_;
+    const unsigned full_t = cx.base + L::OFF_MBAR, empty_t = full_t + 8;
+    if (cx.tid == 0) {
+        mbar_init(full_t, 1);      // the local arrival that announces the tile's bytes
+        mbar_init(empty_t, CL);    // one arrival from each block of the cluster: it has read the tile
+        mbar_init_fence();
+    }
+    cluster_sync();                // every block's barriers exist before any copy or remote arrival
+
+    if (warp >= 4) {
+        // ====================================================== WG_E: element-wise operands, a chunk ahead
+        constexpr int TPT = C / L::TPC;                  // tokens per thread
+        const int e = cx.tid - 128, c = e % K, part = e / K, tok0 = part * TPT;
+        const unsigned rank = cluster_ctarank();
+        const TIn* const stg = reinterpret_cast<const TIn*>(cx.sm + L::OFF_STG);
+        constexpr unsigned ROW = K * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
+        auto copy_in = [&](int n) {   // warp 4: this block's share of chunk n's rows, to every block
+            if (e == 0) mbar_arrive_expect_tx(full_t, TILE);   // each block receives the whole tile
+            for (int idx = (int)rank + CL * e; idx < 3 * C; idx += CL * 32) {
+                const int ar = idx / C, r = idx % C;
+                const long long t0 = (long long)n * C + r, t = t0 < TT ? t0 : TT - 1;   // past T: a repeat, read as 0
+                const TIn* src = (ar == 0 ? g : ar == 1 ? k : q) + kda_bthd(b, t, h, 0, TT, H, K);
+                bulk_copy_multicast(cx.base + L::OFF_STG + idx * ROW, src, ROW, full_t, (unsigned short)((1u << CL) - 1));
+            }
+        };
+        TIn xb = TIn(0);   // beta of token `lane` of the chunk being staged
+        auto load_beta = [&](int n) {
+            const long long t = (long long)n * C + lane;
+            xb = t < TT ? beta[(b * TT + t) * H + h] : TIn(0);
+        };
+        if (e < 32) copy_in(0);
+        load_beta(0);
+        for (int n = 0; n < NC; ++n) {
+            KDA_STAMP(0);
+            mbar_wait(full_t, n & 1);                                 // chunk n's tile has landed here
+            TIn xg[TPT], xk[TPT], xq[TPT];
+#pragma unroll
+            for (int u = 0; u < TPT; ++u) {
+                const bool in = (long long)n * C + tok0 + u < TT;
+                xg[u] = in ? stg[(0 * C + tok0 + u) * K + c] : TIn(0);
+                xk[u] = in ? stg[(1 * C + tok0 + u) * K + c] : TIn(0);
+                xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : TIn(0);
+            }
+            const float bl = kda_widen1<BF>(xb);
+            named_bar_sync(BAR_PROD, 128);                            // everyone here has read the tile
+            if (n + 1 < NC) {
+                if (e == 0)
+                    for (int r = 0; r < CL; ++r) mbar_arrive_cluster(empty_t, (unsigned)r);   // ... tell every block
+                if (e < 32) {
+                    mbar_wait_cluster(empty_t, n & 1);                // every block has read its tile
+                    copy_in(n + 1);
+                }
+                load_beta(n + 1);
+            }
+            if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2
+            KDA_STAMP(1);
+            kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);
+        }
+    } else {
+        // ====================================================== WG_C: the chain of products (13's)
+        kda_wg_chain<L>(cx, v, beta, TA, h0, o, ht);
+    }
+    cluster_sync();   // no block leaves while a copy or an arrival of its cluster may still reach it
+}
