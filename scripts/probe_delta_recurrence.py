@@ -92,8 +92,8 @@ def correctness(target_T: int, impls=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = True) -> pd.DataFrame:
-    B, H, K, V = 2, 16, 128, 128
+def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = True, B: int = 2) -> pd.DataFrame:
+    H, K, V = 16, 128, 128
     rows = []
     chunk_kda = db.fla_functions()[0] if with_fla else None
     for T in T_list:
@@ -134,7 +134,8 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
             rows.append(db._timed(call, budget, implementation="fla chunk_kda bf16", config="", T=T))
             del t
     df = pd.DataFrame(rows)
-    return df[["implementation", "config", "T", "median_ms", "rel_iqr"]]
+    df["B"] = B
+    return df[["implementation", "config", "B", "T", "median_ms", "rel_iqr"]]
 
 
 NCU_TARGET = """
@@ -194,6 +195,8 @@ def ncu_counters(out: Path, T: int = 4096, impls=None) -> pd.DataFrame | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
+    ap.add_argument("--B", type=int, default=2, help="batch of the latency runs (H = 16, K = V = 128); B = 1 against 2 "
+                    "shows whether a grid's clusters are all resident at once")
     ap.add_argument("--budget", type=float, default=0.3)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--no-fla", action="store_true")
@@ -227,7 +230,7 @@ def main() -> None:
                 print(impl, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
         if a.phases_only:
             return
-        lat = latency(a.T, a.budget, not a.no_fla, a.impls, probes=not a.no_probes)
+        lat = latency(a.T, a.budget, not a.no_fla, a.impls, probes=not a.no_probes, B=a.B)
         lat.to_csv(out / "state_latency.csv", index=False)
         print(lat.to_string(), flush=True)
     if a.ncu:

@@ -35,6 +35,10 @@
 // are fenced for the async proxy before the barrier that hands them to a wgmma. 3xBF16 products as
 // everywhere in this family: al bh + ah bl + ah bh.
 //
+// NST = 2 (impl "wgmma2", the bf16-I/O path only: two fp32 tiles do not fit beside the rest) stages
+// chunk n + 2 while chunk n is read, so a copy has two chunk periods to land instead of one (notebook
+// 13's clock stamps of 13 have WG_E waiting ~2/3 of each period for a copy issued a period earlier).
+//
 // With BF (issue 13's bf16-I/O path) q, k, v, g, beta are bf16 in memory, widened as used, and o
 // is rounded to bf16; products, state and the initial and final states stay as on the fp32 path.
 //
@@ -47,8 +51,8 @@
 // WG_C's chain alone. KDA_PROBE=3: clock stamps (delta_common.cuh).
 // Named barriers: KdaWgBars (wgmma_recurrence.cuh).
 
-template <int K, int V, int C, int BV, bool BF = false>   // BF: q, k, v, g, beta and o in bf16
-__global__ void __launch_bounds__(256, 1)
+template <int K, int V, int C, int BV, bool BF = false, int NST = 1>   // BF: q, k, v, g, beta and o in bf16
+__global__ void __launch_bounds__(256, 1)                               // NST: staging tiles
 kda_chunk_state_wgmma(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                       const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
                       const typename KdaIn<BF>::T* __restrict__ beta,
@@ -57,9 +61,10 @@ kda_chunk_state_wgmma(const typename KdaIn<BF>::T* __restrict__ q, const typenam
                       typename KdaIn<BF>::T* __restrict__ o,    // [B,T,H,V]
                       float* __restrict__ ht,                   // [B,H,K,V] fp32, or nullptr
                       int T, int H, float scale) {
-    using L = KdaWgLayout<K, V, C, BV, BF>;
+    using L = KdaWgLayout<K, V, C, BV, BF, 0, NST>;
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
+    static_assert(NST == 1 || NST == 2, "one or two staging tiles");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
     constexpr int BAR_PROD = KdaWgBars::PROD, BAR_FULL = KdaWgBars::FULL, BAR_EMPTY = KdaWgBars::EMPTY;
 
@@ -75,9 +80,11 @@ kda_chunk_state_wgmma(const typename KdaIn<BF>::T* __restrict__ q, const typenam
         const int e = cx.tid - 128, c = e % K, part = e / K, tok0 = part * TPT;
         // g, k, q of the next chunk stream into the staging tile by cp.async (coalesced 16-byte pieces of
         // token rows) while this chunk is computed: no registers wait on global memory
-        TIn* const stg = reinterpret_cast<TIn*>(cx.sm + L::OFF_STG);
+        TIn* const stg0 = reinterpret_cast<TIn*>(cx.sm + L::OFF_STG);
+        auto stage = [&](int n) { return stg0 + (n % NST) * (3 * C * K); };   // the tile of chunk n
         constexpr int PR = K * (int)sizeof(TIn) / 16;               // 16-byte pieces per token row
         auto copy_in = [&](int n) {
+            TIn* const stg = stage(n);
             for (int idx = e; idx < 3 * C * PR; idx += 128) {
                 const int ar = idx / (C * PR), r = (idx / PR) % C, pc = idx % PR;
                 const long long t = (long long)n * C + r;
@@ -87,17 +94,20 @@ kda_chunk_state_wgmma(const typename KdaIn<BF>::T* __restrict__ q, const typenam
             }
             cp_async_commit();
         };
-        TIn xb = TIn(0);   // beta of token `lane` of the chunk being staged
-        auto load_beta = [&](int n) {
+        auto beta_of = [&](int n) {   // beta of token `lane` of chunk n
             const long long t = (long long)n * C + lane;
-            xb = t < TT ? beta[(b * TT + t) * H + h] : TIn(0);
+            return t < TT ? beta[(b * TT + t) * H + h] : TIn(0);
         };
+        TIn xb = TIn(0), xb_next = TIn(0);   // of the chunk read next (and, with NST = 2, of the one after)
         copy_in(0);
-        load_beta(0);
+        xb = beta_of(0);
+        if (NST == 2 && NC > 1) { copy_in(1); xb_next = beta_of(1); }
         for (int n = 0; n < NC; ++n) {
             KDA_STAMP(0);
-            cp_async_wait<0>();
+            if (NST == 2 && n + 1 < NC) cp_async_wait<1>();          // chunk n landed (n + 1 may be in flight)
+            else cp_async_wait<0>();
             named_bar_sync(BAR_PROD, 128);                            // chunk n staged by all of WG_E
+            const TIn* const stg = stage(n);
             TIn xg[TPT], xk[TPT], xq[TPT];
 #pragma unroll
             for (int u = 0; u < TPT; ++u) {
@@ -107,7 +117,11 @@ kda_chunk_state_wgmma(const typename KdaIn<BF>::T* __restrict__ q, const typenam
             }
             const float bl = kda_widen1<BF>(xb);
             named_bar_sync(BAR_PROD, 128);                            // everyone has read the tile
-            if (n + 1 < NC && KDA_PROBE != 4) { copy_in(n + 1); load_beta(n + 1); }
+            if (NST == 1 && n + 1 < NC && KDA_PROBE != 4) { copy_in(n + 1); xb = beta_of(n + 1); }
+            if (NST == 2 && KDA_PROBE != 4) {
+                xb = xb_next;
+                if (n + 2 < NC) { copy_in(n + 2); xb_next = beta_of(n + 2); }
+            }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2
             KDA_STAMP(1);
             if (KDA_PROBE == 5) {   // probe: WG_E's arithmetic idle, its hand-over kept

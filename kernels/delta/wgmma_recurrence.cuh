@@ -11,7 +11,7 @@
 #include "delta_io.cuh"
 #include "hopper.cuh"
 
-template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0>
+template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1>
 struct KdaWgLayout {
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
@@ -37,8 +37,10 @@ struct KdaWgLayout {
     static constexpr int SLOT_BYTES = TA_BYTES + C * LV * ESZ;
     static constexpr int OFF_SLOT = OFF_OPB + 2 * OPB_BYTES;
     static constexpr int OFF_TOT = OFF_SLOT + 2 * SLOT_BYTES;   // WG_E's half sums [2][K] (K = 64)
-    static constexpr int OFF_STG = OFF_TOT + 2 * K * 4;         // WG_E's staging: g, k, q [C][K] as stored
-    static constexpr int OFF_MBAR = OFF_STG + 3 * C * K * ESZ;  // NMBAR mbarriers (14: the staging tile's)
+    static constexpr int NST = NST_;                            // staging tiles (a ring of chunks)
+    static constexpr int STG_BYTES = 3 * C * K * ESZ;           // one staging tile: g, k, q [C][K] as stored
+    static constexpr int OFF_STG = OFF_TOT + 2 * K * 4;
+    static constexpr int OFF_MBAR = OFF_STG + NST * STG_BYTES;  // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int SMEM_BYTES = BYTES + 1024;             // launch size: room to align the base
     static_assert(ST_BYTES % 1024 == 0 && (BV * 128) % 1024 == 0 && KD_BYTES % 1024 == 0 && SLOT_BYTES % 16 == 0,

@@ -11,8 +11,9 @@
 // with two consumer warps per 16 value columns), wg_o, wg_ht (07<A2> then 13, the warpgroup-MMA
 // recurrence), mc_o, mc_ht and m2_o, m2_ht (07<A2> then 14, the inputs multicast to a cluster of all
 // of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht and mb_o, mb_ht (07 then 10, 07 then 12, 07<A2> then 13 and 07<A2> then
-// 14 with bf16 inputs and output: the inputs rounded to bf16 here) there.
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht and mb_o, mb_ht (07 then 10, 07 then 12, 07<A2> then 13, 13
+// with two staging tiles, and 07<A2> then 14 with bf16 inputs and output: the inputs rounded to bf16
+// here) there.
 #include "../ladder_emu/kda_hooks.h"
 
 #include "delta/06_chunk_fused_tc.cu"
@@ -192,6 +193,17 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/wb_o", o6);
     write_f32(dir + "/wb_ht", ht11);
+    // 13 with two staging tiles (the bf16-I/O path's impl "wgmma2")
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    using LGB2 = KdaWgLayout<K, V, C, BV, true, 0, 2>;
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LGB2::NTH, (size_t)LGB2::SMEM_BYTES, [&] {
+        kda_chunk_state_wgmma<K, V, C, BV, true, 2>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                    has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale);
+    });
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/w2_o", o6);
+    write_f32(dir + "/w2_ht", ht11);
     std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
     std::fill(ht11.begin(), ht11.end(), nan);
     using LMB = KdaWgLayout<K, V, C, BV, true, 2>;

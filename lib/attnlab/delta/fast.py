@@ -36,7 +36,7 @@ BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
 BF16_IO = "07+10 bf16 I/O"
 BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")),
-                 ("07+14 bf16 I/O", "multicast", ("07", "14")))
+                 ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")), ("07+14 bf16 I/O", "multicast", ("07", "14")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -57,8 +57,12 @@ def tc_impls(compute_capability: int | None = None) -> tuple:
 
 def bf16_io_impls(compute_capability: int | None = None) -> tuple:
     """The :data:`BF16_IO_IMPLS` this GPU runs (the registry's ``min_cc`` of every step)."""
-    ok = {x[1] for x in tc_impls(compute_capability)}
-    return tuple(x for x in BF16_IO_IMPLS if x[1] in ok)
+    if compute_capability is None:
+        import cupy as cp
+
+        compute_capability = int(cp.cuda.Device().compute_capability)
+    need = {k.step: k.min_cc for k in dk.DELTA_KERNELS}
+    return tuple(x for x in BF16_IO_IMPLS if all(need[s] <= int(compute_capability) for s in x[2]))
 
 
 def fastest(latency: pd.DataFrame, labels, T: int, dtype: str = "fp32") -> str | None:

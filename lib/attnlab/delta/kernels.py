@@ -56,7 +56,9 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "multicast", "multicast2")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "multicast", "multicast2")
+#: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
+BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
 
@@ -571,17 +573,18 @@ def regs_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, roles: int = 
     return lean_smem_words(K, V, BV, C) - 2 * BV * LK - 4 * BV * LC + handover
 
 
-def wgmma_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+def wgmma_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False, nst: int = 1) -> int:
     """Dynamic shared memory of ``kda_chunk_state_wgmma`` (13) in words (mirrors ``KdaWgLayout``):
     S^T hi and lo (K x BV bf16 each), X^T and V'^T (BV rows of 128 bytes); two operand buffers, each
     Kd^T (K rows of 128 bytes), Kbg and Qg (C x (K + 8) fp32) and 2^G_L (K fp32), rounded up to 1 KiB;
     two copy slots, each T and A2 hi/lo (4 x C x (C/2 + 4) words) and v (C x (BV + 8) elements of
     the input type); WG_E's half sums (2K fp32); its staging tile of g, k, q (3 x C x K elements of
     the input type); and 1024 bytes to align the base of the swizzled
-    tiles. The bf16-I/O path (``bf16``) stores v as bf16, so it needs a little less."""
+    tiles. The bf16-I/O path (``bf16``) stores v as bf16, so it needs a little less; ``nst``
+    staging tiles (13 with two: ``"wgmma2"``) add a tile each."""
     opb = -(-(K * 128 + 2 * C * (K + 8) * 4 + K * 4) // 1024) * 1024
     slot = 4 * C * (C // 2 + 4) * 4 + C * (BV + 8) * (2 if bf16 else 4)
-    bytes_ = 2 * K * BV * 2 + 2 * BV * 128 + 2 * opb + 2 * slot + 2 * K * 4 + 3 * C * K * (2 if bf16 else 4)
+    bytes_ = 2 * K * BV * 2 + 2 * BV * 128 + 2 * opb + 2 * slot + 2 * K * 4 + nst * 3 * C * K * (2 if bf16 else 4)
     return (bytes_ + 1024) // 4
 
 
@@ -696,18 +699,21 @@ STATE_IMPLS = {
     "ws": (WS_SRC, "kda_chunk_state_ws", WS_THREADS, ws_smem_words),
     "split": (ONCHIP_SRC, "kda_chunk_state_onchip", FUSED_THREADS, onchip_smem_words),
     "wgmma": (WGMMA_SRC, "kda_chunk_state_wgmma", WGMMA_THREADS, wgmma_smem_words),
+    "wgmma2": (WGMMA_SRC, "kda_chunk_state_wgmma", WGMMA_THREADS,
+               lambda K, V, BV, C=FUSED_CHUNK: wgmma_smem_words(K, V, BV, C, bf16=True, nst=2)),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
-STATE_ARCH = {"wgmma": WGMMA_ARCH, "multicast": WGMMA_ARCH, "multicast2": WGMMA_ARCH}
-PREP_A2_IMPLS = ("wgmma", "multicast", "multicast2")
+STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, "multicast": WGMMA_ARCH, "multicast2": WGMMA_ARCH}
+PREP_A2_IMPLS = ("wgmma", "wgmma2", "multicast", "multicast2")
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
 CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
 #: template arguments after (K, V, C, BV, BF) of the recurrence kernels that take more
 STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles) per 16 value columns
+                    "wgmma2": (2,),                  # 13's staging tiles
                     # 14's blocks per cluster, from (V, bv)
                     "multicast": lambda V, bv: (mc_cluster(V, bv),),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"),)}
@@ -743,6 +749,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     B, T, H, K, V = dims
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
+    if io == "fp32" and impl in BF16_ONLY_IMPLS:
+        raise ValueError(f"impl={impl!r} (13 with two staging tiles) runs on bf16 inputs only: two fp32 tiles do not "
+                         "fit in a block's 227 KB of shared memory; pass impl='wgmma' or torch bfloat16 inputs")
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
         raise ValueError(f"impl={impl!r} (kernels 13-14, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
@@ -797,8 +806,9 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * fused_smem_words(args[0], args[1], args[3])
     if function == "kda_chunk_prep":
         return 4 * prep_smem_words(args[0])
-    if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF)
-        return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
+    if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
+        return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
+                                    nst=args[5] if len(args) > 5 else 1)
     if function == "kda_chunk_state_mc":   # (K, V, C, BV, BF, CL)
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
@@ -861,6 +871,7 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
         for bv in bvs:
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, False)))
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
+            out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True, 2)))   # two staging tiles
             if V // bv <= 8:   # 14: the head's value blocks as one cluster
                 out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, False, mc_cluster(V, bv))))
                 out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, True, mc_cluster(V, bv))))
