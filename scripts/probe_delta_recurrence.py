@@ -33,7 +33,7 @@ from attnlab.delta import fast
 from attnlab.delta import kernels as dk
 from attnlab.delta.naive import kda_recurrent_fp64
 
-TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split"]   # 09 and 10 reproduce 08 bit for bit (fast.SAME_AS_08);
+TWO_KERNEL = [i for i in dk.STATE_IMPLS if i != "split" and i not in dk.BF16_ONLY_IMPLS]   # 09 and 10 reproduce 08 bit for bit (fast.SAME_AS_08);
 #                                                   11 and 12 sum in another order: they match 08 to rounding
 PROBES = {"10 producers alone (KDA_PROBE=1)": ("lean", {"KDA_PROBE": 1}),
           "10 consumers alone (KDA_PROBE=2)": ("lean", {"KDA_PROBE": 2}),
@@ -66,7 +66,7 @@ NCU_METRICS = (
 
 def correctness(target_T: int, impls=None) -> pd.DataFrame:
     rows = []
-    impls = [i for i in dk.STATE_IMPLS if impls is None or i in impls or i == "split"]
+    impls = [i for i in dk.STATE_IMPLS if (impls is None or i in impls or i == "split") and i not in dk.BF16_ONLY_IMPLS]
     cases = [dict(B=2, T=T, H=3, K=K, V=K, gate=gate, init=init)
              for K in (64, 128) for T in (1, 17, 333)
              for gate, init in (("logsigmoid", True), ("const", True), ("mixed", False), ("strong", True))]

@@ -197,7 +197,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.ptx
         assert "cp.async.cg.shared.global" in r.ptx
         assert "cvt.rna.tf32" not in r.ptx, "the TF32 split should round with integer ops, not conversions"
-    if function == "kda_chunk_state_wgmma":
+    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -207,6 +207,12 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx
         assert "cvt.rn.bf16x2.f32" in r.ptx
+    if function == "kda_chunk_state_mc":
+        # 14: the q, k, g rows as multicast bulk copies completing on mbarriers, released by remote
+        # arrivals across the cluster; no cp.async left on WG_E's side
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster" in r.ptx
+        assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
+        assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx and ".reqnctapercluster" in r.ptx
     if function == "kda_chunk_state_cluster":
         # one cluster-barrier phase per chunk (split arrive / wait), P1 written through mapa'd addresses
         assert "barrier.cluster.arrive.release.aligned" in r.ptx and "barrier.cluster.wait.acquire.aligned" in r.ptx
@@ -257,8 +263,11 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'multicast', 'multicast2' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
+    # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
+    with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
+        dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="wgmma2")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         dk.validate_inputs(**t, initial_state=h0, io="bf16")
@@ -616,16 +625,22 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    assert not {"cluster", "wgmma"} & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - 2
+    sm90 = {"cluster", "wgmma", "multicast", "multicast2"}   # 11, 13, 14: clusters, wgmma
+    assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
+    assert {x[1] for x in fast.bf16_io_impls(80)} == {fast.BEST_IMPL}
+    assert fast.bf16_io_impls(90) == fast.BF16_IO_IMPLS
 
 
 def test_tc_smem_bytes_is_the_launchers_shared_memory_for_every_static_build():
     rows = dk.static_instantiations(128, 128, forms=("tc", "cluster", "wgmma"))
     assert {fn for _, fn, _ in rows} >= {"kda_chunk_fused", "kda_chunk_prep", "kda_chunk_state_lean",
-                                         "kda_chunk_state_cluster", "kda_chunk_state_wgmma"}
+                                         "kda_chunk_state_cluster", "kda_chunk_state_wgmma", "kda_chunk_state_mc"}
     for _, fn, args in rows:
         assert 0 < dk.tc_smem_bytes(fn, args) <= 227 * 1024, fn
     assert dk.tc_smem_bytes("kda_chunk_state_lean", (128, 128, 32, 32, False)) == 4 * dk.lean_smem_words(128, 128, 32)
+    # 13 with two staging tiles fits on the bf16 path only: two fp32 tiles would pass 227 KB
+    assert dk.tc_smem_bytes("kda_chunk_state_wgmma", (128, 128, 32, 32, True, 2)) <= 227 * 1024
+    assert dk.wgmma_smem_words(128, 128, 32, nst=2) * 4 > 227 * 1024
     with pytest.raises(ValueError, match="not a tensor-core delta kernel"):
         dk.tc_smem_bytes("kda_chunk_state", (128, 128, 32, 32))

@@ -1,7 +1,8 @@
 """The 3xBF16 delta kernels (kernels/delta/06-13) on the CPU model of tests/ladder_emu/ladder_emu.h.
 
-tests/delta_emu/harness_06.cpp runs 06 (one kernel) and 07 -> 08, 09, 10, 11, 12 and 07<A2> -> 13 on
+tests/delta_emu/harness_06.cpp runs 06 (one kernel) and 07 -> 08, 09, 10, 11, 12 and 07<A2> -> 13, 14 on
 the same inputs; the model defers every cp.async copy and every wgmma to the wait that retires it,
+delivers 14's multicast bulk copies when a block waits on their mbarrier,
 runs named barriers with their thread counts, and accumulates bf16 MMAs (warp and warpgroup) as
 the tensor core does. Each output is compared with the
 float64 recurrence (attnlab.delta.kda_recurrent_fp64): edge lengths (T = 1, tails), every gate
@@ -101,6 +102,12 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     for tag, label in (("ws", "09"), ("ln", "10")):
         assert np.array_equal(out[tag][0], out["ts"][0]) and np.array_equal(out[tag][1], out["ts"][1]), \
             f"{label} must reproduce 08 bit for bit"
+    # 14 is 13 with its inputs multicast to a cluster (all of a head's value blocks, or pairs of them):
+    # the same arithmetic on the same values
+    for tag in ("mc", "m2"):
+        o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
+        assert np.array_equal(o, out["wg"][0]) and np.array_equal(s, out["wg"][1]), \
+            f"07<A2>->14 ({'pairs' if tag == 'm2' else 'one cluster per head'}) must reproduce 13 bit for bit"
     # 12 with two roles runs 12's arithmetic, operation for operation, split over two warps
     assert np.array_equal(out["r2"][0], out["rg"][0]) and np.array_equal(out["r2"][1], out["rg"][1]), \
         "12 with two consumer roles must reproduce 12 bit for bit"
@@ -118,6 +125,11 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert rel(o, round_bf16(ref_ob.astype(np.float32))) < BF16_O_TOL, f"{label} bf16 I/O: o error {rel(o, ref_ob):.2e}"
         assert rel(s, ref_sb) < TOL, f"{label} bf16 I/O: final state error {rel(s, ref_sb):.2e}"
+    # 13 with two staging tiles and 14 on the bf16 path: 13's arithmetic on the same values
+    wb = (read("wb_o", (B, T, H, V)), read("wb_ht", (B, H, K, V)))
+    for tag, label in (("w2", "13 with two staging tiles"), ("mb", "14")):
+        o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
+        assert np.array_equal(o, wb[0]) and np.array_equal(s, wb[1]), f"{label} (bf16 I/O) must reproduce 13 bit for bit"
 
 
 # ----------------------------------------------------------------------------- the launch path on the CPU

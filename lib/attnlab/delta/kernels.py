@@ -713,7 +713,7 @@ CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
 #: template arguments after (K, V, C, BV, BF) of the recurrence kernels that take more
 STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles) per 16 value columns
-                    "wgmma2": (2,),                  # 13's staging tiles
+                    "wgmma": (1,), "wgmma2": (2,),   # 13's staging tiles
                     # 14's blocks per cluster, from (V, bv)
                     "multicast": lambda V, bv: (mc_cluster(V, bv),),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"),)}
@@ -740,6 +740,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     if io == "bf16" and impl not in BF16_IMPLS:
         raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13 or 14), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
+    if io == "fp32" and impl in BF16_ONLY_IMPLS:
+        raise ValueError(f"impl={impl!r} (13 with two staging tiles) runs on bf16 inputs only: two fp32 tiles do not "
+                         "fit in a block's 227 KB of shared memory; pass impl='wgmma' or torch bfloat16 inputs")
     import cupy as cp
 
     from ..compile import load_kernel
@@ -749,9 +752,6 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     B, T, H, K, V = dims
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
-    if io == "fp32" and impl in BF16_ONLY_IMPLS:
-        raise ValueError(f"impl={impl!r} (13 with two staging tiles) runs on bf16 inputs only: two fp32 tiles do not "
-                         "fit in a block's 227 KB of shared memory; pass impl='wgmma' or torch bfloat16 inputs")
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
         raise ValueError(f"impl={impl!r} (kernels 13-14, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
@@ -869,8 +869,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
         out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, False, True)))
         out.append((PREP_SRC, "kda_chunk_prep", (K, FUSED_CHUNK, True, True)))
         for bv in bvs:
-            out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, False)))
-            out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True)))   # bf16 I/O
+            out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, False, 1)))
+            out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True, 1)))   # bf16 I/O
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True, 2)))   # two staging tiles
             if V // bv <= 8:   # 14: the head's value blocks as one cluster
                 out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, False, mc_cluster(V, bv))))
