@@ -84,6 +84,12 @@ static __device__ __forceinline__ void bulk_copy_multicast(unsigned dst, const v
         :: "r"(dst), "l"(src), "r"(bytes), "r"(bar), "h"(mask) : "memory");
 }
 
+// The same into this block's shared memory only.
+static __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 // ---- TMA: box of a 3-D tensor map at coordinates (c0 innermost, c1, c2) -> shared memory.
 static __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
                                                    unsigned bar) {

@@ -207,12 +207,16 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx
         assert "cvt.rn.bf16x2.f32" in r.ptx
-    if function == "kda_chunk_state_mc":
-        # 14: the q, k, g rows as multicast bulk copies completing on mbarriers, released by remote
-        # arrivals across the cluster; no cp.async left on WG_E's side
+    if function == "kda_chunk_state_mc" and args[5] > 1:
+        # 14 on a cluster: the q, k, g rows as multicast bulk copies completing on mbarriers, released
+        # by remote arrivals across the cluster
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster" in r.ptx
         assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
         assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx and ".reqnctapercluster" in r.ptx
+    elif function == "kda_chunk_state_mc":
+        # 14 alone: plain bulk copies into the block's tile, no cluster protocol
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [" in r.ptx
+        assert "multicast" not in r.ptx and "mapa" not in r.ptx
     if function == "kda_chunk_state_cluster":
         # one cluster-barrier phase per chunk (split arrive / wait), P1 written through mapa'd addresses
         assert "barrier.cluster.arrive.release.aligned" in r.ptx and "barrier.cluster.wait.acquire.aligned" in r.ptx
@@ -263,7 +267,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'multicast', 'multicast2' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'multicast', 'multicast2' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -625,7 +629,7 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "multicast", "multicast2"}   # 11, 13, 14: clusters, wgmma
+    sm90 = {"cluster", "wgmma", "bulk", "multicast", "multicast2"}   # 11, 13, 14: clusters, wgmma
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
     assert {x[1] for x in fast.bf16_io_impls(80)} == {fast.BEST_IMPL}

@@ -21,6 +21,11 @@
 //    read it: after reading, one thread of each block arrives on the EMPTY_T mbarrier of every block
 //    (remote arrivals, release at cluster scope), and the issuing warp of each block waits for all
 //    CL arrivals before it fetches chunk n + 1 into everyone's tile.
+//  * With CL = 1 (impl "bulk": no cluster) the rows are plain bulk copies into the block's own tile,
+//    and the tile is free again as soon as WG_E has read it (its barrier): 13's schedule with 96
+//    copy instructions a chunk in place of 3072 16-byte cp.async (the probe runs at B = 1 and 2 put
+//    13 at the same time on half of the SMs as on all of them, so what the copies cost 13 is not
+//    L2 bandwidth but the issue of thousands of small copies beside the chain's wgmmas).
 //  * Rows past T are fetched as a repeat of row T - 1 (every block then expects the same byte count)
 //    and read as zeros, as 13's zero-filled cp.async gave.
 // WG_C (the chain of products) and WG_E's arithmetic are 13's, unchanged (wgmma_recurrence.cuh);
@@ -59,7 +64,8 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
         mbar_init(empty_t, CL);    // one arrival from each block of the cluster: it has read the tile
         mbar_init_fence();
     }
-    cluster_sync();                // every block's barriers exist before any copy or remote arrival
+    if constexpr (CL > 1) cluster_sync();   // every block's barriers exist before any copy or remote arrival
+    else __syncthreads();
 
     if (warp >= 4) {
         // ====================================================== WG_E: element-wise operands, a chunk ahead
@@ -74,7 +80,8 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
                 const int ar = idx / C, r = idx % C;
                 const long long t0 = (long long)n * C + r, t = t0 < TT ? t0 : TT - 1;   // past T: a repeat, read as 0
                 const TIn* src = (ar == 0 ? g : ar == 1 ? k : q) + kda_bthd(b, t, h, 0, TT, H, K);
-                bulk_copy_multicast(cx.base + L::OFF_STG + idx * ROW, src, ROW, full_t, (unsigned short)((1u << CL) - 1));
+                if constexpr (CL == 1) bulk_copy(cx.base + L::OFF_STG + idx * ROW, src, ROW, full_t);
+                else bulk_copy_multicast(cx.base + L::OFF_STG + idx * ROW, src, ROW, full_t, (unsigned short)((1u << CL) - 1));
             }
         };
         TIn xb = TIn(0);   // beta of token `lane` of the chunk being staged
@@ -98,12 +105,12 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
             const float bl = kda_widen1<BF>(xb);
             named_bar_sync(BAR_PROD, 128);                            // everyone here has read the tile
             if (n + 1 < NC) {
-                if (e == 0)
-                    for (int r = 0; r < CL; ++r) mbar_arrive_cluster(empty_t, (unsigned)r);   // ... tell every block
-                if (e < 32) {
-                    mbar_wait_cluster(empty_t, n & 1);                // every block has read its tile
-                    copy_in(n + 1);
+                if constexpr (CL > 1) {
+                    if (e == 0)
+                        for (int r = 0; r < CL; ++r) mbar_arrive_cluster(empty_t, (unsigned)r);   // ... tell every block
+                    if (e < 32) mbar_wait_cluster(empty_t, n & 1);    // every block has read its tile
                 }
+                if (e < 32) copy_in(n + 1);
                 load_beta(n + 1);
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2
@@ -114,5 +121,5 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
         // ====================================================== WG_C: the chain of products (13's)
         kda_wg_chain<L>(cx, v, beta, TA, h0, o, ht);
     }
-    cluster_sync();   // no block leaves while a copy or an arrival of its cluster may still reach it
+    if constexpr (CL > 1) cluster_sync();   // no block leaves while a copy or an arrival of its cluster may reach it
 }

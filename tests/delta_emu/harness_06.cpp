@@ -10,10 +10,11 @@
 // cl_o, cl_ht (07 then 11, a cluster per head), rg_o, rg_ht (07 then 12), r2_o, r2_ht (07 then 12
 // with two consumer warps per 16 value columns), wg_o, wg_ht (07<A2> then 13, the warpgroup-MMA
 // recurrence), mc_o, mc_ht and m2_o, m2_ht (07<A2> then 14, the inputs multicast to a cluster of all
-// of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht and mb_o, mb_ht (07 then 10, 07 then 12, 07<A2> then 13, 13
-// with two staging tiles, and 07<A2> then 14 with bf16 inputs and output: the inputs rounded to bf16
-// here) there.
+// of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc; m1_o, m1_ht:
+// 14 with no cluster, plain bulk copies), bf_o, bf_ht,
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht and m1b_o, m1b_ht (07 then 10, 07 then 12,
+// 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
+// inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
 
 #include "delta/06_chunk_fused_tc.cu"
@@ -148,6 +149,15 @@ int main(int argc, char** argv) {
     }
     write_f32(dir + "/m2_o", o9);
     write_f32(dir + "/m2_ht", ht10);
+    // 14 with no cluster: plain bulk copies into each block's own tile
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
+        kda_chunk_state_mc<K, V, C, BV, false, 1>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                                  has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale);
+    });
+    write_f32(dir + "/m1_o", o9);
+    write_f32(dir + "/m1_ht", ht10);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {
@@ -214,5 +224,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/mb_o", o6);
     write_f32(dir + "/mb_ht", ht11);
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
+        kda_chunk_state_mc<K, V, C, BV, true, 1>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                 has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale);
+    });
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/m1b_o", o6);
+    write_f32(dir + "/m1b_ht", ht11);
     return 0;
 }

@@ -543,7 +543,7 @@ inline void emu_launch_cluster(dim3 grid, unsigned cluster_x, unsigned threads, 
     }
 }
 
-// ---- mbarriers and bulk copies (kernels/hopper.cuh: mbar_*, bulk_copy_multicast), the forms
+// ---- mbarriers and bulk copies (kernels/hopper.cuh: mbar_*, bulk_copy, bulk_copy_multicast), the forms
 // kernels/delta/14 uses. A barrier is addressed by its shared-space byte offset; its state lives
 // beside the block (EmuBlock::mbars), and mbar_init writes a marker into its 8 bytes of shared
 // memory, so a tile written over a barrier, or a barrier used before its init, aborts. A bulk copy
@@ -651,6 +651,9 @@ inline void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes, u
         m.inflight.push_back(std::move(c));
         if (m.waiters > 0) emu_mbar_land(blk, m);   // someone waits already: it lands now
     }
+}
+inline void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    bulk_copy_multicast(dst, src, bytes, bar, (unsigned short)(1u << cluster_ctarank()));
 }
 
 // ---- warpgroup MMAs (kernels/hopper.cuh: wgmma_ss, wgmma_rs_kb and their fences), the forms

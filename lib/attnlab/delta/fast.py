@@ -27,16 +27,17 @@ REL_ERR_BOUND = REL_ERR_TARGET
 TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")),
             ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")),
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
-            ("07+14", "multicast", ("07", "14")), ("07+14 pairs", "multicast2", ("07", "14")))
+            ("07+14 bulk", "bulk", ("07", "14")), ("07+14 multicast", "multicast", ("07", "14")),
+            ("07+14 multicast pairs", "multicast2", ("07", "14")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
-                     "07+14": "07+13", "07+14 pairs": "07+14"}
+                     "07+14 bulk": "07+13", "07+14 multicast": "07+14 bulk", "07+14 multicast pairs": "07+14 multicast"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
 BF16_IO = "07+10 bf16 I/O"
 BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")),
-                 ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")), ("07+14 bf16 I/O", "multicast", ("07", "14")))
+                 ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")), ("07+14 bulk bf16 I/O", "bulk", ("07", "14")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -336,10 +337,11 @@ PRODUCER_STAMP_PHASES = {"wgmma": (("staged chunk read, next copies issued, wait
                                    ("fence, FULL", 2, 3))}
 PRODUCER_WARPS = {"wgmma": 4}
 #: 14 runs 13's chain and WG_E arithmetic; its WG_E waits on the tile's mbarrier and the cluster's release
-CONSUMER_STAMP_PHASES["multicast"] = CONSUMER_STAMP_PHASES["wgmma"]
-PRODUCER_STAMP_PHASES["multicast"] = (("tile landed and read, cluster released it, next rows multicast, "
-                                       "wait for EMPTY", 0, 1),) + PRODUCER_STAMP_PHASES["wgmma"][1:]
-PRODUCER_WARPS["multicast"] = 4
+for _mc in ("bulk", "multicast"):
+    CONSUMER_STAMP_PHASES[_mc] = CONSUMER_STAMP_PHASES["wgmma"]
+    PRODUCER_STAMP_PHASES[_mc] = (("tile landed and read, (cluster released it,) next rows copied, "
+                                   "wait for EMPTY", 0, 1),) + PRODUCER_STAMP_PHASES["wgmma"][1:]
+    PRODUCER_WARPS[_mc] = 4
 
 
 def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: int = 8,
@@ -381,7 +383,7 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
                 ("13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgmma", {"KDA_PROBE": 5}),
-                ("14", "multicast", {}))
+                ("14 bulk", "bulk", {}))
 
 
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:

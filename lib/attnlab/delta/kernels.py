@@ -10,8 +10,9 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   chunk, any GPU), chosen by ``state="auto" | "tc" | "simt"``;
 * :func:`kda_tc` — tensor cores with 3xBF16 products, chunks of 32, sm_80+ (notebook 13):
   ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``13``
-  (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``14`` (``"multicast"``:
-  13 with the inputs multicast to a cluster of the head's value blocks, sm_90a), → ``12`` (``"regs"``),
+  (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``14`` (``"bulk"``: 13 with
+  the inputs fetched by bulk copies; ``"multicast"``: multicast to a cluster of the head's value blocks;
+  sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -56,7 +57,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "multicast", "multicast2")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "multicast", "multicast2")
 #: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
 BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -595,8 +596,10 @@ def mc_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = Fa
 
 
 def mc_cluster(V: int, bv: int, impl: str = "multicast") -> int:
-    """Blocks per cluster of 14: the head's V / bv value blocks (``"multicast"``), or pairs of them
-    (``"multicast2"``)."""
+    """Blocks per cluster of 14: the head's V / bv value blocks (``"multicast"``), pairs of them
+    (``"multicast2"``), or none (``"bulk"``: plain bulk copies into each block's own tile)."""
+    if impl == "bulk":
+        return 1
     return 2 if impl == "multicast2" and V // bv >= 2 else V // bv
 
 
@@ -701,13 +704,15 @@ STATE_IMPLS = {
     "wgmma": (WGMMA_SRC, "kda_chunk_state_wgmma", WGMMA_THREADS, wgmma_smem_words),
     "wgmma2": (WGMMA_SRC, "kda_chunk_state_wgmma", WGMMA_THREADS,
                lambda K, V, BV, C=FUSED_CHUNK: wgmma_smem_words(K, V, BV, C, bf16=True, nst=2)),
+    "bulk": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
-STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, "multicast": WGMMA_ARCH, "multicast2": WGMMA_ARCH}
-PREP_A2_IMPLS = ("wgmma", "wgmma2", "multicast", "multicast2")
+STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, "bulk": WGMMA_ARCH, "multicast": WGMMA_ARCH,
+              "multicast2": WGMMA_ARCH}
+PREP_A2_IMPLS = ("wgmma", "wgmma2", "bulk", "multicast", "multicast2")
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
 CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
@@ -715,6 +720,7 @@ SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
 STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles) per 16 value columns
                     "wgmma": (1,), "wgmma2": (2,),   # 13's staging tiles
                     # 14's blocks per cluster, from (V, bv)
+                    "bulk": (1,),
                     "multicast": lambda V, bv: (mc_cluster(V, bv),),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"),)}
 
@@ -872,9 +878,9 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, False, 1)))
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True, 1)))   # bf16 I/O
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True, 2)))   # two staging tiles
-            if V // bv <= 8:   # 14: the head's value blocks as one cluster
-                out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, False, mc_cluster(V, bv))))
-                out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, True, mc_cluster(V, bv))))
+            for cl in sorted({1, mc_cluster(V, bv)}):   # 14: plain bulk copies; the head's value blocks as one cluster
+                out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, False, cl)))
+                out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, True, cl)))
     return out
 
 
