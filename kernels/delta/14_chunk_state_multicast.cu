@@ -28,6 +28,8 @@
 //    L2 bandwidth but the issue of thousands of small copies beside the chain's wgmmas).
 //  * Rows past T are fetched as a repeat of row T - 1 (every block then expects the same byte count)
 //    and read as zeros, as 13's zero-filled cp.async gave.
+// With BSLOT (impl "bulk2"), WG_C's own copies (07's T and A2 rows, v rows) are bulk copies too,
+// issued by its first warp and waited for on a slot mbarrier.
 // WG_C (the chain of products) and WG_E's arithmetic are 13's, unchanged (wgmma_recurrence.cuh);
 // the results are bit-identical to 13's on the CPU model.
 //
@@ -36,7 +38,7 @@
 // stmatrix, multicast bulk copies).
 #include "wgmma_recurrence.cuh"
 
-template <int K, int V, int C, int BV, bool BF = false, int CL = V / BV>   // CL: blocks per cluster
+template <int K, int V, int C, int BV, bool BF = false, int CL = V / BV, bool BSLOT = false>   // CL: blocks per cluster
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 1)
 kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                    const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -46,7 +48,7 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
                    typename KdaIn<BF>::T* __restrict__ o,    // [B,T,H,V]
                    float* __restrict__ ht,                   // [B,H,K,V] fp32, or nullptr
                    int T, int H, float scale) {
-    using L = KdaWgLayout<K, V, C, BV, BF, 2>;               // 13's layout and FULL_T, EMPTY_T
+    using L = KdaWgLayout<K, V, C, BV, BF, 4>;               // 13's layout; FULL_T, EMPTY_T and WG_C's two slots
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
@@ -62,6 +64,8 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
     if (cx.tid == 0) {
         mbar_init(full_t, 1);      // the local arrival that announces the tile's bytes
         mbar_init(empty_t, CL);    // one arrival from each block of the cluster: it has read the tile
+        mbar_init(full_t + 16, 1);   // WG_C's copy slots (BSLOT): the arrival that announces the bytes
+        mbar_init(full_t + 24, 1);
         mbar_init_fence();
     }
     if constexpr (CL > 1) cluster_sync();   // every block's barriers exist before any copy or remote arrival
@@ -119,7 +123,7 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
         }
     } else {
         // ====================================================== WG_C: the chain of products (13's)
-        kda_wg_chain<L>(cx, v, beta, TA, h0, o, ht);
+        kda_wg_chain<L, BSLOT>(cx, v, beta, TA, h0, o, ht);
     }
     if constexpr (CL > 1) cluster_sync();   // no block leaves while a copy or an arrival of its cluster may reach it
 }

@@ -169,8 +169,11 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 KDA_STAMP(3);
 }
 
-// WG_C, the whole pass: the chain of products over every chunk, then the final state.
-template <class L>
+// WG_C, the whole pass: the chain of products over every chunk, then the final state. With BSLOT
+// (14's "bulk" impls) its T / A2 rows and v rows arrive as bulk copies issued by its first warp,
+// completing on the slot's mbarrier at `slot_bar` + 8 (slot & 1) (layout L::OFF_MBAR + 16: 14 inits
+// them), instead of 16-byte cp.async pieces issued by all 128 threads.
+template <class L, bool BSLOT = false>
 static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const typename KdaIn<L::BF>::T* __restrict__ v,
                                                     const typename KdaIn<L::BF>::T* __restrict__ beta,
                                                     const unsigned* __restrict__ TA, const float* __restrict__ h0,
@@ -242,9 +245,23 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     // chunk n + 1's T / A2 words and v columns into slot (n + 1) & 1 (cp.async: 16-byte pieces)
     const unsigned* ta_head = TA + bh * NC * (4LL * C * (C / 2));
     auto slot = [&](int n) { return sm + L::OFF_SLOT + (n & 1) * L::SLOT_BYTES; };
+    const unsigned slot_bar = base + L::OFF_MBAR + 16;   // BSLOT: the two slots' mbarriers
     auto copy_slot = [&](int n) {
         unsigned* dta = reinterpret_cast<unsigned*>(slot(n));
         const unsigned* src = ta_head + (long long)n * (4 * C * (C / 2));
+        if constexpr (BSLOT) {   // warp 0: 4C rows of C/2 words (T, A2 hi/lo) and C rows of v; rows past T repeat row T - 1
+            if (warp != 0) return;
+            constexpr unsigned TROW = (C / 2) * 4, VROW = BV * sizeof(TIn);
+            const unsigned bar = slot_bar + 8 * (n & 1);
+            if (lane == 0) mbar_arrive_expect_tx(bar, 4 * C * TROW + C * VROW);
+            for (int j = lane; j < 4 * C; j += 32) bulk_copy(smem_u32(dta + j * LC), src + j * (C / 2), TROW, bar);
+            TIn* dv = reinterpret_cast<TIn*>(slot(n) + L::TA_BYTES);
+            for (int r = lane; r < C; r += 32) {
+                const long long t0 = (long long)n * C + r, t = t0 < TT ? t0 : TT - 1;   // read as beta = 0 past T
+                bulk_copy(smem_u32(dv + r * LV), v + kda_bthd(b, t, h, v0, TT, H, V), VROW, bar);
+            }
+            return;
+        }
         for (int idx = tid; idx < 4 * C * (C / 8); idx += 128) {      // (array, row) x 4 quads
             const int ar = idx / (C / 8), qd = idx % (C / 8);
             cp_async16(dta + ar * LC + 4 * qd, src + ar * (C / 2) + 4 * qd);
@@ -264,8 +281,12 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         const long long t = (long long)n * C + i;
         rbeta = t < TT ? beta[(b * TT + t) * H + h] : TIn(0);
     };
+    auto wait_slot = [&](int n) {   // slot n & 1 holds chunk n (this thread's view)
+        if constexpr (BSLOT) mbar_wait(slot_bar + 8 * (n & 1), (n >> 1) & 1);
+        else cp_async_wait<0>();
+    };
     copy_slot(0);
-    cp_async_wait<0>();
+    wait_slot(0);
     load_beta(0);
     named_bar_sync(BAR_CONS, 128);   // S^T and slot 0 complete
 
@@ -403,7 +424,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         if (n + 1 < NC) {
             write_st();
             fence_proxy_async();
-            cp_async_wait<0>();              // slot (n + 1) & 1
+            wait_slot(n + 1);                // slot (n + 1) & 1
             named_bar_sync(BAR_CONS, 128);
         }
         KDA_STAMP(7);

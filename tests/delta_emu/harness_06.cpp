@@ -11,8 +11,8 @@
 // with two consumer warps per 16 value columns), wg_o, wg_ht (07<A2> then 13, the warpgroup-MMA
 // recurrence), mc_o, mc_ht and m2_o, m2_ht (07<A2> then 14, the inputs multicast to a cluster of all
 // of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc; m1_o, m1_ht:
-// 14 with no cluster, plain bulk copies), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht and m1b_o, m1b_ht (07 then 10, 07 then 12,
+// 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too), bf_o, bf_ht,
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht and mtb_o, mtb_ht (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     write_f32(dir + "/wg_ht", ht10);
     // 07<A2> -> 14: 13 with the q, k, g rows multicast to a cluster of the head's value blocks (all of
     // them; and pairs of them where a head has four or more)
-    using LM = KdaWgLayout<K, V, C, BV, false, 2>;
+    using LM = KdaWgLayout<K, V, C, BV, false, 4>;
     std::fill(o9.begin(), o9.end(), nan);
     std::fill(ht10.begin(), ht10.end(), nan);
     emu_launch_cluster(dim3{V / BV, (unsigned)H, (unsigned)B}, V / BV, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
@@ -158,6 +158,15 @@ int main(int argc, char** argv) {
     });
     write_f32(dir + "/m1_o", o9);
     write_f32(dir + "/m1_ht", ht10);
+    // ... and WG_C's copies (T, A2, v) as bulk copies too
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
+        kda_chunk_state_mc<K, V, C, BV, false, 1, true>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                                        has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale);
+    });
+    write_f32(dir + "/mt_o", o9);
+    write_f32(dir + "/mt_ht", ht10);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {
@@ -216,7 +225,7 @@ int main(int argc, char** argv) {
     write_f32(dir + "/w2_ht", ht11);
     std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
     std::fill(ht11.begin(), ht11.end(), nan);
-    using LMB = KdaWgLayout<K, V, C, BV, true, 2>;
+    using LMB = KdaWgLayout<K, V, C, BV, true, 4>;
     emu_launch_cluster(dim3{V / BV, (unsigned)H, (unsigned)B}, V / BV, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
         kda_chunk_state_mc<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
                                               has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale);
@@ -233,5 +242,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/m1b_o", o6);
     write_f32(dir + "/m1b_ht", ht11);
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
+        kda_chunk_state_mc<K, V, C, BV, true, 1, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                       has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale);
+    });
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/mtb_o", o6);
+    write_f32(dir + "/mtb_ht", ht11);
     return 0;
 }

@@ -57,7 +57,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "multicast", "multicast2")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2")
 #: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
 BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -590,15 +590,15 @@ def wgmma_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool =
 
 
 def mc_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
-    """Dynamic shared memory of ``kda_chunk_state_mc`` (14) in words: 13's and its staging tile's two
-    mbarriers (``KdaWgLayout<..., 2>``)."""
-    return wgmma_smem_words(K, V, BV, C, bf16) + 4
+    """Dynamic shared memory of ``kda_chunk_state_mc`` (14) in words: 13's and four mbarriers (the
+    staging tile's full and empty, WG_C's two copy slots: ``KdaWgLayout<..., 4>``)."""
+    return wgmma_smem_words(K, V, BV, C, bf16) + 8
 
 
 def mc_cluster(V: int, bv: int, impl: str = "multicast") -> int:
     """Blocks per cluster of 14: the head's V / bv value blocks (``"multicast"``), pairs of them
-    (``"multicast2"``), or none (``"bulk"``: plain bulk copies into each block's own tile)."""
-    if impl == "bulk":
+    (``"multicast2"``), or none (``"bulk"``, ``"bulk2"``: plain bulk copies into each block's own tile)."""
+    if impl in ("bulk", "bulk2"):
         return 1
     return 2 if impl == "multicast2" and V // bv >= 2 else V // bv
 
@@ -705,24 +705,25 @@ STATE_IMPLS = {
     "wgmma2": (WGMMA_SRC, "kda_chunk_state_wgmma", WGMMA_THREADS,
                lambda K, V, BV, C=FUSED_CHUNK: wgmma_smem_words(K, V, BV, C, bf16=True, nst=2)),
     "bulk": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
+    "bulk2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
-STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, "bulk": WGMMA_ARCH, "multicast": WGMMA_ARCH,
-              "multicast2": WGMMA_ARCH}
-PREP_A2_IMPLS = ("wgmma", "wgmma2", "bulk", "multicast", "multicast2")
+MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms
+STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS}}
+PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS)
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
 CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
 #: template arguments after (K, V, C, BV, BF) of the recurrence kernels that take more
 STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles) per 16 value columns
                     "wgmma": (1,), "wgmma2": (2,),   # 13's staging tiles
-                    # 14's blocks per cluster, from (V, bv)
-                    "bulk": (1,),
-                    "multicast": lambda V, bv: (mc_cluster(V, bv),),
-                    "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"),)}
+                    # 14's blocks per cluster (from V, bv) and whether WG_C's copies are bulk copies too
+                    "bulk": (1, False), "bulk2": (1, True),
+                    "multicast": lambda V, bv: (mc_cluster(V, bv), False),
+                    "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"), False)}
 
 
 def state_extra_args(impl: str, V: int, bv: int) -> tuple:
@@ -878,9 +879,11 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, False, 1)))
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True, 1)))   # bf16 I/O
             out.append((WGMMA_SRC, "kda_chunk_state_wgmma", (K, V, FUSED_CHUNK, bv, True, 2)))   # two staging tiles
-            for cl in sorted({1, mc_cluster(V, bv)}):   # 14: plain bulk copies; the head's value blocks as one cluster
-                out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, False, cl)))
-                out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, True, cl)))
+            for impl in MC_IMPLS:   # 14: plain bulk copies (WG_E's; and WG_C's), a cluster per head, pairs
+                extra = state_extra_args(impl, V, bv)
+                if impl != "multicast2" or extra[0] != mc_cluster(V, bv):
+                    for bf in (False, True):
+                        out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
     return out
 
 
