@@ -385,7 +385,7 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
                 ("13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgmma", {"KDA_PROBE": 5}),
-                ("14 bulk", "bulk", {}))
+                ("14 bulk", "bulk", {}), ("14 bulk, WG_C too", "bulk2", {}))
 
 
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
@@ -405,6 +405,54 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
     df = pd.DataFrame(rows)
     df["B"], df["H"], df["K"], df["V"] = B, H, K, V
     return df
+
+
+#: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13 and 14's bulk forms.
+WG_STAMP_IMPLS = ("wgmma", "bulk", "bulk2")
+
+
+def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:
+    """:func:`phase_cycles` of each of ``impls`` this GPU runs, one frame with an ``implementation``
+    column (empty where none runs)."""
+    ok = {x[1] for x in tc_impls()}
+    frames = [phase_cycles(B, H, K, V, T, seed=seed, impl=i).assign(implementation=i) for i in impls if i in ok]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["role", "warp", "phase", "median_cycles", "implementation"])
+
+
+def describe_wg_phases(phases: pd.DataFrame) -> list[str]:
+    """One generated line per implementation of :func:`wg_phase_cycles`'s table: its chunk period,
+    how long the element-wise warpgroup spends before its arithmetic (its inputs landing and read,
+    copies issued, WG_C's release), that arithmetic, and the chain's first phase (P1 with the copies
+    issued beside it)."""
+    lines = []
+    for impl, g in phases.groupby("implementation", sort=False):
+        m = phase_summary(g.drop(columns="implementation")).set_index(["role", "phase"])["median_cycles"]
+        period = m[("consumer", "chunk period")]
+        prod = [p for r, p in m.index if r == "producer" and p != "chunk period"]
+        first, arith = m[("producer", prod[0])], m[("producer", prod[1])]
+        p1 = m[("consumer", CONSUMER_STAMP_PHASES["wgmma"][0][0])]
+        lines.append(f"- {impl}: chunk period {period:.0f} cycles; WG_E spends {first:.0f} ({100 * first / period:.0f} %) "
+                     f"on its inputs and the hand-over before its arithmetic, {arith:.0f} on the arithmetic; "
+                     f"WG_C's first phase (P1, with its copies issued) takes {p1:.0f}.")
+    return lines
+
+
+def describe_probes(probes: pd.DataFrame) -> list[str]:
+    """Generated lines on :func:`probe_latency`'s table: each build against the plain recurrence it
+    changes (the label's first word: 10, 13, 14 ...), and 14 against 13."""
+    ms = probes.set_index("implementation")["median_ms"]
+    lines = []
+    for label, t in ms.items():
+        base = label.split()[0]
+        if label != base and base in ms.index and "KDA_PROBE" in label:
+            lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built "
+                         f"({ms[base] - t:+.3f} ms is what the build took away).")
+    for label, t in ms.items():
+        if label.startswith("14") and "13" in ms.index:
+            r = ms["13"] / t
+            lines.append(f"- {label}: {t:.3f} ms, {r:.2f}× 13's speed ({'faster' if r > 1 else 'slower'}).")
+    return lines
 
 
 def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
