@@ -282,7 +282,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         rbeta = t < TT ? beta[(b * TT + t) * H + h] : TIn(0);
     };
     auto wait_slot = [&](int n) {   // slot n & 1 holds chunk n (this thread's view)
-        if constexpr (BSLOT) mbar_wait(slot_bar + 8 * (n & 1), (n >> 1) & 1);
+        if constexpr (BSLOT) {
+            if (KDA_PROBE != 4 || n == 0) mbar_wait(slot_bar + 8 * (n & 1), (n >> 1) & 1);   // probe 4: no copy after 0
+        }
         else cp_async_wait<0>();
     };
     copy_slot(0);

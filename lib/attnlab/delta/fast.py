@@ -28,12 +28,10 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")),
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 bulk, WG_C too", "bulk2", ("07", "14")),
-            ("07+14 multicast", "multicast", ("07", "14")),
-            ("07+14 multicast pairs", "multicast2", ("07", "14")))
+            ("07+14 multicast", "multicast", ("07", "14")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
-                     "07+14 bulk": "07+13", "07+14 bulk, WG_C too": "07+14 bulk", "07+14 multicast": "07+14 bulk",
-                     "07+14 multicast pairs": "07+14 multicast"}
+                     "07+14 bulk": "07+13", "07+14 bulk, WG_C too": "07+14 bulk", "07+14 multicast": "07+14 bulk"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
