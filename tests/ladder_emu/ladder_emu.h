@@ -72,8 +72,8 @@ struct EmuNamedBar {
 // transaction bytes still expected (negative while copies landed before their expect_tx), the phase
 // count, and the bulk copies addressed to it that have not landed yet (each lands, writing its
 // bytes and completing its transactions, when a thread waits on the barrier, or at once if one
-// already waits).
-struct EmuBulk { unsigned dst; std::vector<unsigned char> data; };
+// already waits; each remembers the phase it was issued in).
+struct EmuBulk { unsigned dst; std::vector<unsigned char> data; unsigned phase; };
 struct EmuMbar {
     unsigned count = 0, pending = 0, phase = 0, waiters = 0;
     long long tx = 0;
@@ -583,11 +583,19 @@ inline void emu_mbar_arrive(EmuMbar& m, unsigned bar) {
 }
 // Deliver the copies addressed to barrier `bar` of block `blk`: bytes into its shared memory, then
 // their transactions completed.
+// A copy must land in the phase it was issued in: one that lands after that phase completed was not
+// counted by it (the barrier was told too few bytes, or a waiter went on before it landed).
 inline void emu_mbar_land(EmuBlock& blk, EmuMbar& m) {
     for (const EmuBulk& c : m.inflight) {
+        if (c.phase != m.phase) {
+            std::fprintf(stderr, "bulk copy to byte %u issued in phase %u of its mbarrier landed in phase %u: the "
+                                 "barrier completed without its bytes\n", c.dst, c.phase, m.phase);
+            std::abort();
+        }
         std::memcpy(blk.smem_base + c.dst, c.data.data(), c.data.size());
         m.tx -= (long long)c.data.size();
         emu_fiber_note_progress();
+        emu_mbar_complete(m);
     }
     m.inflight.clear();
     emu_mbar_complete(m);
@@ -630,7 +638,10 @@ inline void mbar_wait(unsigned bar, unsigned parity) {
 }
 inline void mbar_wait_cluster(unsigned bar, unsigned parity) { mbar_wait(bar, parity); }
 // cp.async.bulk global -> shared::cluster, multicast: `bytes` from src to offset dst of every block
-// whose rank is set in `mask`, each completing its transactions on its barrier at offset `bar`.
+// whose rank is set in `mask`, each completing its transactions on its barrier at offset `bar`. The
+// copy into the issuing block lands when that block waits (a read before the wait sees the old
+// tile); the copies into other blocks land at once (a block that has not finished with its tile
+// sees it overwritten): the two orders a missing wait on either side shows up in.
 inline void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes, unsigned bar, unsigned short mask) {
     if (dst % 16 != 0 || bytes % 16 != 0 || bytes == 0 || reinterpret_cast<std::uintptr_t>(src) % 16 != 0 ||
         dst + bytes > emu_launch_smem_bytes || mask == 0) {
@@ -646,10 +657,10 @@ inline void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes, u
         if (!(mask >> r & 1u)) continue;
         EmuBlock& blk = emu_cluster_block(r, "bulk_copy_multicast");
         EmuMbar& m = emu_mbar(blk, bar);
-        EmuBulk c{dst, std::vector<unsigned char>(bytes)};
+        EmuBulk c{dst, std::vector<unsigned char>(bytes), m.phase};
         std::memcpy(c.data.data(), src, bytes);
         m.inflight.push_back(std::move(c));
-        if (m.waiters > 0) emu_mbar_land(blk, m);   // someone waits already: it lands now
+        if (m.waiters > 0 || r != cluster_ctarank()) emu_mbar_land(blk, m);   // someone waits, or another block: now
     }
 }
 inline void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
