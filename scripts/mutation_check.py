@@ -237,7 +237,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "kernels/delta/14_chunk_state_multicast.cu",
              "                    if (e < 32) mbar_wait_cluster(empty_t, n & 1);    // every block has read its tile\n",
              "",
-             ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K64V64BV32]",),
+             ("tests/test_emu_delta_tc.py::test_cluster_kernels_in_eager_order",),
              "the CPU model delivers a bulk copy when its block waits: the early copies land on top of the tile "
              "(or complete the barrier's next phase before its arrival)"),
     Mutation("14: the tile's mbarrier is told one row too few", "kernels/delta/14_chunk_state_multicast.cu",

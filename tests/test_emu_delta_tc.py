@@ -134,6 +134,28 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
         assert np.array_equal(o, wb[0]) and np.array_equal(s, wb[1]), f"{label} (bf16 I/O) must reproduce 13 bit for bit"
 
 
+def test_cluster_kernels_in_eager_order(harness, tmp_path):
+    """11 and 14 (a head's value blocks as one cluster) with every fiber run as far as it can before the
+    next starts (EMU_FIBER_ORDER=eager): block 0 then reaches each hand-over long before block 1, so a
+    copy or a store into another block's shared memory that does not wait for that block to be done
+    with it lands on a tile still being read (round-robin order moves the blocks in step and hides it)."""
+    B, T, H, K, V, BV = 1, 70, 2, 64, 64, 32
+    x = random_inputs(B, T, H, K, V, seed=11, gate="mixed", initial_state=True)
+    for n in ("q", "k", "v", "g", "beta"):
+        x[n].astype(np.float32).tofile(tmp_path / n)
+    x["initial_state"].astype(np.float32).tofile(tmp_path / "h0")
+    env = {**__import__("os").environ, "EMU_FIBER_ORDER": "eager"}
+    res = subprocess.run([str(harness(K, V, BV)), str(tmp_path), str(B), str(T), str(H), str(K ** -0.5), "1"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    read = lambda name, shape: np.fromfile(tmp_path / name, np.float32).reshape(shape)  # noqa: E731
+    for tag in ("mc", "m1", "mt"):
+        for part, shape in (("o", (B, T, H, V)), ("ht", (B, H, K, V))):
+            assert np.array_equal(read(f"{tag}_{part}", shape), read(f"wg_{part}", shape)), f"14 ({tag}) != 13 in eager order"
+    ref_o, _ = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
+    assert rel(read("cl_o", (B, T, H, V)), ref_o) < TOL, "11 in eager order"
+
+
 # ----------------------------------------------------------------------------- the launch path on the CPU
 
 @pytest.fixture()

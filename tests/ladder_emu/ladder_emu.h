@@ -367,13 +367,21 @@ inline void emu_check_named_barriers(const EmuBlock& blk) {
         }
 }
 
-// A finished block may leave no bulk copy that never landed (issued, never waited for).
+// A finished block may leave no bulk copy that never landed (issued, never waited for), and every
+// mbarrier between phases: all its arrivals still to come and no transaction bytes outstanding (a
+// count told too few or too many bytes leaves the difference behind).
 inline void emu_check_mbarriers(const EmuBlock& blk) {
-    for (const auto& [addr, m] : blk.mbars)
+    for (const auto& [addr, m] : blk.mbars) {
         if (!m.inflight.empty()) {
             std::fprintf(stderr, "mbarrier at byte %u left with %zu bulk copies nobody waited for\n", addr, m.inflight.size());
             std::abort();
         }
+        if (m.tx != 0 || m.pending != m.count) {
+            std::fprintf(stderr, "mbarrier at byte %u left mid-phase: %u of %u arrivals, %lld transaction bytes outstanding\n",
+                         addr, m.count - m.pending, m.count, m.tx);
+            std::abort();
+        }
+    }
 }
 
 // Device-wide atomics and fences (kernels/attention/10h: blocks hand parts of a row block to the
