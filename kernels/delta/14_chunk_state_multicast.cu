@@ -33,6 +33,19 @@
 // WG_C (the chain of products) and WG_E's arithmetic are 13's, unchanged (wgmma_recurrence.cuh);
 // the results are bit-identical to 13's on the CPU model.
 //
+// What the H200 said (notebook 13's recording at 9a43a76): every form is slower than 13, correct
+// everywhere. At T = 16384 the recurrence takes 2.38 ms with plain bulk copies, 3.55 with WG_C's
+// copies as bulk copies too and 3.49 multicast, against 13's 1.49. The clock stamps place it: the
+// warp that issues the row copies spends ~6600 cycles a chunk in that phase (13: ~1100), WG_E's
+// other warps wait for it at their barrier, and with WG_C's 160 row copies its first phase grows
+// from ~2000 to ~9900 cycles; a bulk copy of one 256- or 512-byte row costs its issuing warp tens
+// of cycles, serialised, where 13's cp.async pieces go out from 128 threads at once. The multicast
+// forms add a cluster-wide release per chunk and, with ~207 KB of shared memory per block, clusters
+// of four that do not all fit on the GPU at once (probe: the multicast recurrence at B = 1 takes about
+// half its time at B = 2, 13 the same at both). The lever left is fewer, larger copies: one TMA
+// tensor copy per array and chunk (a box of C rows x K channels, rows past T zero-filled by the
+// copy engine) in place of 3C row copies.
+//
 // Launch: grid (V / BV, H, B), 256 threads, clusters of CL blocks along x (compile-time
 // __cluster_dims__), 13's dynamic shared memory plus two mbarriers. Requires sm_90a (wgmma,
 // stmatrix, multicast bulk copies).
