@@ -36,10 +36,12 @@
 // What the H200 said (notebook 13's recording at 9a43a76): every form is slower than 13, correct
 // everywhere. At T = 16384 the recurrence takes 2.38 ms with plain bulk copies, 3.55 with WG_C's
 // copies as bulk copies too and 3.49 multicast, against 13's 1.49. The clock stamps place it: the
-// warp that issues the row copies spends ~6600 cycles a chunk in that phase (13: ~1100), WG_E's
-// other warps wait for it at their barrier, and with WG_C's 160 row copies its first phase grows
-// from ~2000 to ~9900 cycles; a bulk copy of one 256- or 512-byte row costs its issuing warp tens
-// of cycles, serialised, where 13's cp.async pieces go out from 128 threads at once. The multicast
+// warp that issues the 96 row copies spends ~6600 cycles a chunk between reading its tile and the
+// hand-over, the other three WG_E warps ~1100 and then wait for it (in 13 all four take ~3600,
+// mostly waiting for their copies to land), and with WG_C's 160 row copies WG_C's first phase grows
+// from ~2000 to ~9900 cycles. So issuing a row's bulk copy costs its warp ~55 cycles, one after
+// another (inferred from the stamps, not timed per instruction), where 13's 16-byte cp.async pieces
+// go out from 128 threads at once. The multicast
 // forms add a cluster-wide release per chunk and, with ~207 KB of shared memory per block, clusters
 // of four that do not all fit on the GPU at once (probe: the multicast recurrence at B = 1 takes about
 // half its time at B = 2, 13 the same at both). The lever left is fewer, larger copies: one TMA
