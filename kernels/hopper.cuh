@@ -99,6 +99,16 @@ static __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaMap* m
         : "memory");
 }
 
+// The same for a 4-D tensor map at coordinates (c0 innermost .. c3) (kernels/delta/14: q, k, g as
+// (K, H, T, B), a box of C tokens x K channels of one head; rows past T zero-filled by the engine).
+static __device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, int c3,
+                                                   unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+        :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+}
+
 // ---- register reallocation between warpgroups (sm_90a): every thread of the warpgroup executes
 // it; the kernel must start under a register cap (__launch_bounds__(threads, 1)). N: multiple of 8.
 template <int N>

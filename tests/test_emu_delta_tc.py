@@ -105,7 +105,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     # 14 is 13 with its inputs multicast to a cluster (all of a head's value blocks, or pairs of them):
     # the same arithmetic on the same values
     for tag, how in (("mc", "one cluster per head"), ("m2", "pairs"), ("m1", "no cluster, plain bulk copies"),
-                     ("mt", "WG_C's copies as bulk copies too")):
+                     ("mt", "WG_C's copies as bulk copies too"), ("tm", "TMA tensor copies")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert np.array_equal(o, out["wg"][0]) and np.array_equal(s, out["wg"][1]), \
             f"07<A2>->14 ({how}) must reproduce 13 bit for bit"
@@ -129,7 +129,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     # 13 with two staging tiles and 14 on the bf16 path: 13's arithmetic on the same values
     wb = (read("wb_o", (B, T, H, V)), read("wb_ht", (B, H, K, V)))
     for tag, label in (("w2", "13 with two staging tiles"), ("mb", "14"), ("m1b", "14 with no cluster"),
-                       ("mtb", "14 with no cluster, WG_C's copies as bulk copies")):
+                       ("mtb", "14 with no cluster, WG_C's copies as bulk copies"), ("tmb", "14's TMA form")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert np.array_equal(o, wb[0]) and np.array_equal(s, wb[1]), f"{label} (bf16 I/O) must reproduce 13 bit for bit"
 

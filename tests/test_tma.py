@@ -44,3 +44,19 @@ def test_tma_kernels_boxes_fit_their_shared_memory(name):
         # Q tile + stages x (K + V) tiles, 16-bit, plus the 1024 bytes the kernel may skip to align
         assert smem == 2 * d * (p["BM"] + 2 * stages * p["BN"]) + 1024 <= 227 * 1024
         assert threads == (384 if name == "warp_specialized" else 128)
+
+
+def test_rows_plan_describes_a_chunk_of_one_head():
+    # q of [B=2, T=100, H=16, K=128] fp32: (K, H, T, B) innermost first, a box of 32 tokens x 128 channels
+    plan = tma.rows_plan(2, 100, 16, 128, 32, 4)
+    assert plan["dims"] == (128, 16, 100, 2)
+    assert plan["strides"] == (128 * 4, 16 * 128 * 4, 100 * 16 * 128 * 4)
+    assert plan["box"] == (128, 1, 32, 1)
+    with pytest.raises(ValueError, match="1..256"):
+        tma.rows_plan(1, 10, 1, 64, 300, 4)
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        tma.rows_plan(1, 10, 1, 6, 32, 2)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        tma.tensor_map_rows(0x1008, "float32", 1, 16, 1, 64, 32)
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        tma.tensor_map_rows(0x1000, "float16", 1, 16, 1, 64, 32)

@@ -48,21 +48,26 @@
 // tensor copy per array and chunk (a box of C rows x K channels, rows past T zero-filled by the
 // copy engine) in place of 3C row copies.
 //
+// kda_chunk_state_tma (impl "tma", not yet timed in a recording: scripts/probe_delta_recurrence.py)
+// is that form: no cluster, and the tile of chunk n is three TMA tensor copies (g, k, q described as
+// (K, H, T, B) tensors by the launcher, boxes of K x 1 x C x 1) issued by one thread, the tile's
+// mbarrier told the three boxes' bytes.
+//
 // Launch: grid (V / BV, H, B), 256 threads, clusters of CL blocks along x (compile-time
-// __cluster_dims__), 13's dynamic shared memory plus two mbarriers. Requires sm_90a (wgmma,
-// stmatrix, multicast bulk copies).
+// __cluster_dims__; none for the TMA form), 13's dynamic shared memory plus four mbarriers.
+// Requires sm_90a (wgmma, stmatrix, multicast bulk copies).
 #include "wgmma_recurrence.cuh"
 
-template <int K, int V, int C, int BV, bool BF = false, int CL = V / BV, bool BSLOT = false>   // CL: blocks per cluster
-__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 1)
-kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
-                   const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
-                   const typename KdaIn<BF>::T* __restrict__ beta,
-                   const unsigned* __restrict__ TA,          // [B, H, NC, 4, C, C/2] from 07<A2>: T, A2 = Aqk T
-                   const float* __restrict__ h0,             // [B,H,K,V] fp32, or nullptr
-                   typename KdaIn<BF>::T* __restrict__ o,    // [B,T,H,V]
-                   float* __restrict__ ht,                   // [B,H,K,V] fp32, or nullptr
-                   int T, int H, float scale) {
+// The kernel body of every form: CL blocks per cluster, WG_C's copies as bulk copies (BSLOT), or the
+// tile as three tensor copies (maps: g, k, q; CL = 1).
+template <int K, int V, int C, int BV, bool BF, int CL, bool BSLOT, bool TMA>
+static __device__ __forceinline__ void
+kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+            const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
+            const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
+            const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
+            int T, int H, float scale, const TmaMap* const* maps) {
+    static_assert(!TMA || CL == 1, "the tensor-copy form runs without a cluster");
     using L = KdaWgLayout<K, V, C, BV, BF, 4>;               // 13's layout; FULL_T, EMPTY_T and WG_C's two slots
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
@@ -95,6 +100,12 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
         constexpr unsigned ROW = K * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
         auto copy_in = [&](int n) {   // warp 4: this block's share of chunk n's rows, to every block
             if (e == 0) mbar_arrive_expect_tx(full_t, TILE);   // each block receives the whole tile
+            if constexpr (TMA) {   // one box per array: K channels x C tokens of head h, batch b
+                if (e == 0)
+                    for (int ar = 0; ar < 3; ++ar)
+                        tma_load_4d(cx.base + L::OFF_STG + ar * C * ROW, maps[ar], 0, h, n * C, b, full_t);
+                return;
+            }
             for (int idx = (int)rank + CL * e; idx < 3 * C; idx += CL * 32) {
                 const int ar = idx / C, r = idx % C;
                 const long long t0 = (long long)n * C + r, t = t0 < TT ? t0 : TT - 1;   // past T: a repeat, read as 0
@@ -141,4 +152,30 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
         kda_wg_chain<L, BSLOT>(cx, v, beta, TA, h0, o, ht);
     }
     if constexpr (CL > 1) cluster_sync();   // no block leaves while a copy or an arrival of its cluster may reach it
+}
+
+template <int K, int V, int C, int BV, bool BF = false, int CL = V / BV, bool BSLOT = false>   // CL: blocks per cluster
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(256, 1)
+kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+                   const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
+                   const typename KdaIn<BF>::T* __restrict__ beta,
+                   const unsigned* __restrict__ TA,          // [B, H, NC, 4, C, C/2] from 07<A2>: T, A2 = Aqk T
+                   const float* __restrict__ h0,             // [B,H,K,V] fp32, or nullptr
+                   typename KdaIn<BF>::T* __restrict__ o,    // [B,T,H,V]
+                   float* __restrict__ ht,                   // [B,H,K,V] fp32, or nullptr
+                   int T, int H, float scale) {
+    kda_mc_body<K, V, C, BV, BF, CL, BSLOT, false>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, nullptr);
+}
+
+template <int K, int V, int C, int BV, bool BF = false>
+__global__ void __launch_bounds__(256, 1)
+kda_chunk_state_tma(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+                    const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
+                    const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
+                    const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
+                    int T, int H, float scale,
+                    const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk,
+                    const __grid_constant__ TmaMap tq) {   // g, k, q as (K, H, T, B), boxes of (K, 1, C, 1)
+    const TmaMap* maps[3] = {&tg, &tk, &tq};
+    kda_mc_body<K, V, C, BV, BF, 1, false, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }

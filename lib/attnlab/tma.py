@@ -9,6 +9,11 @@ kernel's ``const __grid_constant__ TmaMap`` parameter, kernels/hopper.cuh).
 For attention, q, k, v of shape [B, H, N, D] (16-bit, contiguous) are described as a 3-D tensor
 (D, N, B·H), innermost first, so a box of ``rows`` × 64 columns never crosses into the next head:
 rows past N are zero-filled by the engine.
+
+For delta attention (kernels/delta/14's TMA form), q, k, g of shape [B, T, H, K] (fp32 or bf16) are
+described as a 4-D tensor (K, H, T, B) without swizzle, copied in boxes of K channels × one head ×
+``rows`` tokens × one batch: a box never crosses into another head or batch, and tokens past T are
+zero-filled.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import numpy as np
 
 # cuda.h enums (CUDA 12/13)
 DATA_TYPE = {"float16": 6, "bfloat16": 9}
+ROWS_DATA_TYPE = {"float32": 7, "bfloat16": 9}   # the delta maps' element types (cuda.h: FLOAT32 = 7)
+ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 L2_PROMOTION_256B = 3
 INTERLEAVE_NONE = 0
@@ -80,4 +87,38 @@ def tensor_map_3d(ptr: int, dtype: str, bh: int, n: int, d: int, rows: int, cols
     if status != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for [{bh}, {n}, {d}] {dtype}, "
                              f"box {rows}x{cols}, swizzle {swizzle} B")
+    return out
+
+
+def rows_plan(b: int, t: int, h: int, k: int, rows: int, elem_bytes: int) -> dict:
+    """The encode arguments for a [b, t, h, k] tensor copied in boxes of ``rows`` tokens × all k
+    channels of one head (pure; tested on CPU)."""
+    if min(b, t, h, k) < 1:
+        raise ValueError(f"empty tensor [{b}, {t}, {h}, {k}]")
+    if not 1 <= rows <= 256 or not 1 <= k <= 256:
+        raise ValueError(f"box dimensions must be 1..256 (got {k} channels x {rows} tokens)")
+    if (k * elem_bytes) % 16:
+        raise ValueError(f"a box row of {k} x {elem_bytes} bytes is not a multiple of 16 bytes")
+    return {"dims": (k, h, t, b), "strides": (k * elem_bytes, h * k * elem_bytes, t * h * k * elem_bytes),
+            "box": (k, 1, rows, 1)}
+
+
+def tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: int) -> np.ndarray:
+    """A CUtensorMap (no swizzle) for the contiguous [b, t, h, k] tensor at device address ``ptr``,
+    copied in boxes of ``rows`` tokens × k channels of one head (:func:`rows_plan`)."""
+    if dtype not in ROWS_DATA_TYPE:
+        raise ValueError(f"row tensor maps here are for {' or '.join(ROWS_DATA_TYPE)}, not {dtype}")
+    if ptr % 16:
+        raise ValueError(f"the tensor's address must be 16-byte aligned for the copy engine (got {ptr:#x})")
+    plan = rows_plan(b, t, h, k, rows, ELEM_BYTES[dtype])
+    buf = np.zeros(MAP_BYTES + 64, dtype=np.uint8)
+    off = (-buf.ctypes.data) % 64
+    out = buf[off:off + MAP_BYTES].view(MAP_DTYPE)
+    u64x4, u64x3, u32x4 = ctypes.c_uint64 * 4, ctypes.c_uint64 * 3, ctypes.c_uint32 * 4
+    status = _driver()(out.ctypes.data, ROWS_DATA_TYPE[dtype], 4, ctypes.c_void_p(ptr), u64x4(*plan["dims"]),
+                       u64x3(*plan["strides"]), u32x4(*plan["box"]), u32x4(1, 1, 1, 1), INTERLEAVE_NONE,
+                       SWIZZLE[0], L2_PROMOTION_256B, OOB_FILL_ZERO)
+    if status != 0:
+        raise TensorMapError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for [{b}, {t}, {h}, {k}] {dtype}, "
+                             f"box {rows} tokens x {k} channels")
     return out

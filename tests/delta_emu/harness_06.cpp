@@ -11,8 +11,9 @@
 // with two consumer warps per 16 value columns), wg_o, wg_ht (07<A2> then 13, the warpgroup-MMA
 // recurrence), mc_o, mc_ht and m2_o, m2_ht (07<A2> then 14, the inputs multicast to a cluster of all
 // of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc; m1_o, m1_ht:
-// 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht and mtb_o, mtb_ht (07 then 10, 07 then 12,
+// 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too; tm_o, tm_ht:
+// 14's TMA form, three tensor copies a chunk), bf_o, bf_ht,
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht and tmb_o, tmb_ht (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
@@ -167,6 +168,27 @@ int main(int argc, char** argv) {
     });
     write_f32(dir + "/mt_o", o9);
     write_f32(dir + "/mt_ht", ht10);
+    // ... and its TMA form: g, k, q as (K, H, T, B) tensors, one box of K x 1 x C x 1 per array and chunk
+    auto tmap = [&](const void* base, unsigned esz) {
+        TmaMap m{static_cast<const unsigned char*>(base), esz, {(unsigned long long)K, (unsigned long long)H,
+                 (unsigned long long)T, (unsigned long long)B}, {}, {(unsigned)K, 1u, (unsigned)C, 1u}};
+        m.strides[0] = esz;
+        m.strides[1] = (unsigned long long)K * esz;
+        m.strides[2] = (unsigned long long)H * K * esz;
+        m.strides[3] = (unsigned long long)T * H * K * esz;
+        return m;
+    };
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+    {
+        const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
+            kda_chunk_state_tma<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                             has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale, mg, mk, mq);
+        });
+    }
+    write_f32(dir + "/tm_o", o9);
+    write_f32(dir + "/tm_ht", ht10);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {
@@ -251,5 +273,18 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/mtb_o", o6);
     write_f32(dir + "/mtb_ht", ht11);
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    {
+        const TmaMap mg = tmap(gb.data(), 2), mk = tmap(kb.data(), 2), mq = tmap(qb.data(), 2);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
+            kda_chunk_state_tma<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                   has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
+                                                   mg, mk, mq);
+        });
+    }
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/tmb_o", o6);
+    write_f32(dir + "/tmb_ht", ht11);
     return 0;
 }

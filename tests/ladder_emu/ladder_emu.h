@@ -675,6 +675,49 @@ inline void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned ba
     bulk_copy_multicast(dst, src, bytes, bar, (unsigned short)(1u << cluster_ctarank()));
 }
 
+// ---- TMA tensor copies without swizzle (kernels/hopper.cuh: tma_load_4d; kernels/delta/14's "tma"
+// form). The model's TmaMap is what cuTensorMapEncodeTiled is given: the global address, the element
+// size, the dimensions and byte strides (innermost first) and the box; a copy reads the box at the
+// given coordinates when issued, elements outside the dimensions as zeros (the engine's fill), and
+// lands it densely (box[0] innermost) like a bulk copy, the whole box's bytes counted on the barrier.
+#define __grid_constant__
+struct TmaMap {
+    const unsigned char* base;
+    unsigned esz;
+    unsigned long long dims[4], strides[4];   // strides[0] = esz
+    unsigned box[4];
+};
+inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, int c3, unsigned bar) {
+    const TmaMap& m = *map;
+    const size_t row = (size_t)m.box[0] * m.esz, bytes = row * m.box[1] * m.box[2] * m.box[3];
+    if (dst % 128 != 0 || row % 16 != 0 || dst + bytes > emu_launch_smem_bytes) {
+        std::fprintf(stderr, "tma_load_4d to byte %u: the box (%zu bytes) must land 128-byte aligned inside the shared memory\n",
+                     dst, bytes);
+        std::abort();
+    }
+    EmuBlock& blk = *emu_self().block;
+    EmuMbar& mb = emu_mbar(blk, bar);
+    EmuBulk c{dst, std::vector<unsigned char>(bytes, 0), mb.phase};
+    const int at[4] = {c0, c1, c2, c3};
+    size_t o = 0;
+    for (unsigned i3 = 0; i3 < m.box[3]; ++i3)
+        for (unsigned i2 = 0; i2 < m.box[2]; ++i2)
+            for (unsigned i1 = 0; i1 < m.box[1]; ++i1)
+                for (unsigned i0 = 0; i0 < m.box[0]; ++i0, o += m.esz) {
+                    const long long x[4] = {at[0] + (long long)i0, at[1] + (long long)i1, at[2] + (long long)i2,
+                                            at[3] + (long long)i3};
+                    bool in = true;
+                    size_t off = 0;
+                    for (int d = 0; d < 4; ++d) {
+                        in = in && x[d] >= 0 && (unsigned long long)x[d] < m.dims[d];
+                        off += (size_t)x[d] * m.strides[d];
+                    }
+                    if (in) std::memcpy(c.data.data() + o, m.base + off, m.esz);
+                }
+    mb.inflight.push_back(std::move(c));
+    if (mb.waiters > 0) emu_mbar_land(blk, mb);
+}
+
 // ---- warpgroup MMAs (kernels/hopper.cuh: wgmma_ss, wgmma_rs_kb and their fences), the forms
 // kernels/delta/13 uses: m64nNk16, fp32 accumulators, bf16/fp16 operands, K-major A and B in the
 // 128-byte swizzle (descriptor layout 1; anything else aborts), A from shared memory (_ss) or from

@@ -12,7 +12,7 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``13``
   (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``14`` (``"bulk"``: 13 with
   the inputs fetched by bulk copies; ``"multicast"``: multicast to a cluster of the head's value blocks;
-  sm_90a), → ``12`` (``"regs"``),
+  ``"tma"``: three TMA tensor copies a chunk; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -57,7 +57,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma")
 #: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
 BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -633,6 +633,7 @@ class TcPlan:
     kernels: dict = field(repr=False, default_factory=dict)
     chunk_size: int = FUSED_CHUNK
     io: str = "fp32"          # "bf16": o holds bf16 bit patterns (int16); run() returns a torch view
+    state_maps: tuple = ()    # the recurrence's trailing tensor-map arguments (14's TMA form: g, k, q)
 
     @property
     def state_kernel(self) -> str:
@@ -685,7 +686,7 @@ class TcPlan:
             c = cfg["state"]
             self.kernels["state"](c["grid"], c["block"],
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], h0, self.o, fs,
-                                   np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
+                                   np.int32(T), np.int32(H), self.scale, *self.state_maps), shared_mem=c["smem"])
         return self.output(), self.final_state
 
     def workspace_bytes(self) -> int:
@@ -706,14 +707,16 @@ STATE_IMPLS = {
                lambda K, V, BV, C=FUSED_CHUNK: wgmma_smem_words(K, V, BV, C, bf16=True, nst=2)),
     "bulk": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "bulk2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
+    "tma": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS, mc_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
-MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms
-STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS}}
-PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS)
+MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
+TMA_IMPLS = ("tma",)   # 14's TMA form (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q
+STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS}}
+PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *TMA_IMPLS)
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
 CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
@@ -791,7 +794,13 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
-    return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io)
+    maps = ()
+    if impl in TMA_IMPLS:   # g, k, q as (K, H, T, B) tensors, boxes of one chunk of one head
+        from ..arrays import data_ptr
+        from ..tma import tensor_map_rows
+
+        maps = tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C) for n in ("g", "k", "q"))
+    return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
 
 
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
@@ -816,7 +825,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
         return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                     nst=args[5] if len(args) > 5 else 1)
-    if function == "kda_chunk_state_mc":   # (K, V, C, BV, BF, CL)
+    if function in ("kda_chunk_state_mc", "kda_chunk_state_tma"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return 4 * regs_smem_words(args[0], args[1], args[3], args[2], roles=args[5] if len(args) > 5 else 1)
@@ -884,12 +893,14 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                 if impl != "multicast2" or extra[0] != mc_cluster(V, bv):
                     for bf in (False, True):
                         out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
+            for bf in (False, True):   # 14's TMA form
+                out.append((MC_SRC, "kda_chunk_state_tma", (K, V, FUSED_CHUNK, bv, bf)))
     return out
 
 
 def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
-    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc"):
+    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma"):
         return WGMMA_ARCH
     return arch
