@@ -92,6 +92,31 @@ def correctness(target_T: int, impls=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def quick_check(impls) -> pd.DataFrame:
+    """One edge case (B=2, T=333: a chunk tail, H=3, K=V=128, an initial state) per impl at bv=32, fp32
+    and bf16 I/O: its error against the float64 recurrence and whether it reproduces 13 ("wgmma") bit
+    for bit — the cheap check a probe of a 13-family variant makes before it is timed."""
+    rows = []
+    _, d = db.device_inputs(2, 333, 3, 128, 128, seed=5, gate="mixed", init=True)
+    ref = kda_recurrent_fp64(**d, output_final_state=True)
+    for io, x in (("fp32", d), ("bf16", fast.bf16_inputs(d))):
+        if x is None:
+            continue
+        outs = {}
+        for impl in ["wgmma", *[i for i in impls if i != "wgmma"]]:
+            if io == "fp32" and impl in dk.BF16_ONLY_IMPLS:
+                continue
+            p = dk.prepare_tc(**x, output_final_state=True, bv=32, check_gate=False, impl=impl)
+            p.poison()
+            o, s = p.run()
+            o = o.float().cpu().numpy() if hasattr(o, "cpu") else o.get()
+            outs[impl] = (o, s.get())
+            rows.append(dict(impl=impl, io=io, rel_err_o=rel_error(o, ref[0]), rel_err_state=rel_error(outs[impl][1], ref[1]),
+                             bitwise_eq_13=all(np.array_equal(a, b) for a, b in zip(outs[impl], outs["wgmma"]))))
+            del p
+    return pd.DataFrame(rows)
+
+
 def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = True, B: int = 2) -> pd.DataFrame:
     H, K, V = 16, 128, 128
     rows = []
@@ -209,6 +234,8 @@ def main() -> None:
     ap.add_argument("--phases-impl", nargs="+", default=[fast.BEST_IMPL],
                     help="recurrences whose clock stamps to take (fast.CONSUMER_STAMP_PHASES)")
     ap.add_argument("--stages-only", action="store_true", help="only 07 and 10 alone, fp32 and bf16 I/O (and --ncu)")
+    ap.add_argument("--quick-check", action="store_true",
+                    help="in place of the correctness grid: one edge case per impl against float64 and against 13")
     a = ap.parse_args()
     out = Path(a.out)
     pd.set_option("display.width", 220)
@@ -216,7 +243,11 @@ def main() -> None:
         st = stage_latency(a.T, a.budget)
         st.to_csv(out / "stage_latency.csv", index=False)
         print(st.to_string(), flush=True)
-    if not a.skip_correctness and not a.stages_only and not a.phases_only:
+    if a.quick_check:
+        qc = quick_check(a.impls or list(dk.STATE_IMPLS))
+        qc.to_csv(out / "quick_check.csv", index=False)
+        print(qc.to_string(), flush=True)
+    elif not a.skip_correctness and not a.stages_only and not a.phases_only:
         c = correctness(max(a.T), a.impls)
         c.to_csv(out / "state_correctness.csv", index=False)
         print(c.to_string(), flush=True)

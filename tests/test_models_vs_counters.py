@@ -192,7 +192,7 @@ def test_delta_workspace_model_meets_the_measured_memory():
     """Extra device memory of our KDA forms, recomputed with today's models, against what notebooks 07
     and 13 measured (CuPy's pool, before and after one call): 07 counts the output with the
     workspace (recurrent: O alone; chunked: O + attnlab.delta.model.workspace_bytes at the default
-    chunk), 13 the workspace alone (07+10: 07's T/A words, attnlab.delta.kernels.ta_workspace_shape;
+    chunk), 13 the workspace alone (07+10 and 07+13: 07's T/A words, attnlab.delta.kernels.ta_workspace_shape;
     06 fused: none; the three kernels: 07's chunked workspace). Every measurement equals its model
     to within the pool's rounding (< 1 MiB) and the recorded model column is today's model."""
     import numpy as np
@@ -208,6 +208,7 @@ def test_delta_workspace_model_meets_the_measured_memory():
             chunked = workspace_bytes(B, T, H, K, V, dk.DEFAULT_CHUNK)
             model = {"recurrent": 4 * B * T * H * V, "chunked": 4 * B * T * H * V + chunked,
                      "07+10": 4 * int(np.prod(dk.ta_workspace_shape(B, T, H))), "06 fused": 0,
+                     "07+13": 4 * int(np.prod(dk.ta_workspace_shape(B, T, H))),   # 07<A2>: T and Aqk T, same size
                      "02+03+05 (three kernels)": chunked}.get(r.implementation)
             if model is None:
                 assert str(r.implementation).startswith("fla"), f"{nb}: no model for {r.implementation}"

@@ -213,9 +213,15 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     model = LADDER_EMU
     prelude = '#include "ladder_emu/kda_hooks.h"\n' if source.startswith("delta/") else ""
     # A kernel with a compile-time cluster shape (__cluster_dims__: 11, a head's value blocks along
-    # x) runs each cluster's blocks together, with distributed shared memory.
-    cluster = "__cluster_dims__" in text
-    launch = ('    emu_launch_cluster(dim3{gx, gy, gz}, gx, bx * by * bz, smem, [&] {\n' if cluster else
+    # x) runs each cluster's blocks together, with distributed shared memory; 14's kda_chunk_state_mc
+    # takes its cluster size as its sixth template argument (1: no cluster), and its file's TMA form
+    # has none.
+    cluster = "gx" if "__cluster_dims__" in text else None
+    if function == "kda_chunk_state_mc":
+        cluster = str(int(template_args[5])) if int(template_args[5]) > 1 else None
+    elif function == "kda_chunk_state_tma":
+        cluster = None
+    launch = (f'    emu_launch_cluster(dim3{{gx, gy, gz}}, {cluster}, bx * by * bz, smem, [&] {{\n' if cluster else
               '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n')
     code = (prelude + f'#include "{source}"\n'
             'extern "C" void emu_run(const unsigned long long* ptrs, const int* ints, const float* floats,\n'
