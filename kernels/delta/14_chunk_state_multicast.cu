@@ -48,7 +48,8 @@
 // tensor copy per array and chunk (a box of C rows x K channels, rows past T zero-filled by the
 // copy engine) in place of 3C row copies.
 //
-// kda_chunk_state_tma (impl "tma", not yet timed in a recording: scripts/probe_delta_recurrence.py)
+// kda_chunk_state_tma (impl "tma": checked on the CPU model, bit-identical to 13 there; not yet run
+// on a GPU — `scripts/probe_delta_recurrence.py --impls wgmma tma --quick-check` is its first probe)
 // is that form: no cluster, and the tile of chunk n is three TMA tensor copies (g, k, q described as
 // (K, H, T, B) tensors by the launcher, boxes of K x 1 x C x 1) issued by one thread, the tile's
 // mbarrier told the three boxes' bytes.
