@@ -711,10 +711,10 @@ STATE_IMPLS = {
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
-#: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
-#: A2 = Aqk T in place of Aqk (07's A2 template flag)
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
 TMA_IMPLS = ("tma",)   # 14's TMA form (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q
+#: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
+#: A2 = Aqk T in place of Aqk (07's A2 template flag)
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS}}
 PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *TMA_IMPLS)
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
@@ -733,6 +733,8 @@ def state_extra_args(impl: str, V: int, bv: int) -> tuple:
     """Template arguments of ``impl``'s recurrence after (K, V, C, BV, BF) (:data:`STATE_EXTRA_ARGS`)."""
     extra = STATE_EXTRA_ARGS.get(impl, ())
     return extra(V, bv) if callable(extra) else extra
+
+
 DEFAULT_TC_IMPL = "lean"
 
 
