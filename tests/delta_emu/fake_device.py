@@ -165,7 +165,8 @@ def _source_text(source: str) -> str:
 
 def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
     """[(kind, name)] of a __global__ function's parameters; kind is 'ptr' (float*), 'uptr'
-    (unsigned*), 'hptr' (unsigned short*: 16-bit values), 'iptr' (int*), 'int' or 'float'."""
+    (unsigned*), 'hptr' (unsigned short*: 16-bit values), 'iptr' (int*), 'int', 'float' or 'tmap' (a
+    TMA tensor map passed by value)."""
     text = _source_text(source)
     text = re.sub(r"//[^\n]*", "", text)
     m = re.search(r"__global__[^;{]*?\b" + re.escape(function) + r"\s*\(", text)
@@ -179,6 +180,9 @@ def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
     for p in text[m.end():i - 1].split(","):
         p = " ".join(p.split())
         name = re.findall(r"(\w+)\s*$", p)[0]
+        if "TmaMap" in p:
+            params.append(("tmap", name))
+            continue
         kind = (("hptr" if re.match(r"(const )?unsigned short\b", p) else "uptr" if re.match(r"(const )?unsigned\b", p)
                  else "iptr" if re.match(r"(const )?int\b", p) else "ptr") if "*" in p else
                 ("int" if re.match(r"(const )?int\b", p) else "float" if re.match(r"(const )?float\b", p) else "?"))
@@ -199,6 +203,9 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
         if kind in ("ptr", "uptr", "hptr", "iptr"):
             ctype = {"ptr": "float", "uptr": "unsigned", "hptr": "unsigned short", "iptr": "int"}[kind]
             call_args.append(f"({ctype}*)ptrs[{np_}]")
+            np_ += 1
+        elif kind == "tmap":   # the map's bytes, laid out as the CPU model's TmaMap (fake_tensor_map_rows)
+            call_args.append(f"*reinterpret_cast<const TmaMap*>(ptrs[{np_}])")
             np_ += 1
         elif kind == "int":
             call_args.append(f"ints[{ni}]")
@@ -268,6 +275,11 @@ class EmuKernel:
                                f"max_dynamic_shared_size_bytes is {self.max_dynamic_shared_size_bytes}")
         ptrs, ints, floats = [], [], []
         for (kind, name), a in zip(self.params, args):
+            if kind == "tmap":
+                if not (isinstance(a, np.ndarray) and a.nbytes == TMAP_BYTES):
+                    raise TypeError(f"{self.function}({name}): a tensor map parameter needs {TMAP_BYTES} bytes")
+                ptrs.append(a.ctypes.data)
+                continue
             if kind in ("ptr", "uptr", "hptr", "iptr"):
                 if isinstance(a, np.ndarray):
                     want = {"ptr": (np.float32,), "uptr": (np.uint32,), "iptr": (np.int32,),
@@ -297,17 +309,44 @@ class EmuKernel:
         self.lib.emu_run(P, I, F, *(ctypes.c_uint(x) for x in grid), *(ctypes.c_uint(x) for x in block),
                          ctypes.c_ulonglong(shared_mem))
         for (kind, name), a in zip(self.params, args):
-            if not guard_intact(a):
+            if kind != "tmap" and not guard_intact(a):
                 raise RuntimeError(f"{self.function} wrote past the end of its argument {name}")
 
 
+TMAP_BYTES = 128
+#: the CPU model's TmaMap (tests/ladder_emu/ladder_emu.h): base, element size, dims[4], strides[4]
+#: (bytes, strides[0] the element size), box[4]
+_TMAP = np.dtype([("base", "<u8"), ("esz", "<u4"), ("pad", "<u4"), ("dims", "<u8", 4), ("strides", "<u8", 4),
+                  ("box", "<u4", 4)])
+
+
+def fake_tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: int) -> np.ndarray:
+    """attnlab.tma.tensor_map_rows on the CPU: the same checks and plan, encoded as the model's TmaMap
+    (what cuTensorMapEncodeTiled would be given) in 128 bytes."""
+    from attnlab import tma
+
+    if dtype not in tma.ROWS_DATA_TYPE:
+        raise ValueError(f"row tensor maps here are for {' or '.join(tma.ROWS_DATA_TYPE)}, not {dtype}")
+    esz = tma.ELEM_BYTES[dtype]
+    plan = tma.rows_plan(b, t, h, k, rows, esz)
+    rec = np.zeros(1, dtype=_TMAP)
+    rec["base"], rec["esz"], rec["dims"] = ptr, esz, plan["dims"]
+    rec["strides"], rec["box"] = (esz, *plan["strides"]), plan["box"]
+    out = np.zeros(TMAP_BYTES, dtype=np.uint8)
+    out[:_TMAP.itemsize] = rec.view(np.uint8)
+    return out
+
+
 def install(monkeypatch, build_dir: Path) -> types.ModuleType:
-    """Route ``import cupy`` and ``attnlab.compile.load_kernel`` to the CPU stand-ins."""
+    """Route ``import cupy``, ``attnlab.compile.load_kernel`` and the driver's tensor-map encoder
+    (``attnlab.tma.tensor_map_rows``) to the CPU stand-ins."""
     import attnlab.compile
+    import attnlab.tma
 
     cp = make_fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(attnlab.compile, "load_kernel",
                         lambda source, function, template_args=(), defines=None, arch=None:
                         EmuKernel(str(source), function, template_args, build_dir))
+    monkeypatch.setattr(attnlab.tma, "tensor_map_rows", fake_tensor_map_rows)
     return cp

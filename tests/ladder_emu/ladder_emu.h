@@ -687,6 +687,7 @@ struct TmaMap {
     unsigned long long dims[4], strides[4];   // strides[0] = esz
     unsigned box[4];
 };
+static_assert(sizeof(TmaMap) == 96, "tests/delta_emu/fake_device.py encodes this layout");
 inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, int c3, unsigned bar) {
     const TmaMap& m = *map;
     const size_t row = (size_t)m.box[0] * m.esz, bytes = row * m.box[1] * m.box[2] * m.box[3];
