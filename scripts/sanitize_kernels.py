@@ -57,9 +57,10 @@ def delta_plan() -> list[dict]:
     out += [dict(launcher="chunk", state=st, K=64, steps=f"02 03 {n}") for st, n in (("simt", "04"), ("tc", "05"))]
     from attnlab.delta import kernels as dk
 
-    step_of = {k.function: k.step for k in dk.DELTA_KERNELS}
-    impls = [("fused", "06")] + [(impl, "07 " + step_of[fn]) for impl, (_, fn, _, _) in dk.STATE_IMPLS.items()]
-    out += [dict(launcher="tc", impl=impl, K=K, steps=steps) for impl, steps in impls for K in (64, 128)]
+    step_of = {k.source: k.step for k in dk.DELTA_KERNELS}   # by file: 14's holds two kernels
+    impls = [("fused", "06")] + [(impl, "07 " + step_of[src]) for impl, (src, _, _, _) in dk.STATE_IMPLS.items()]
+    out += [dict(launcher="tc", impl=impl, K=K, steps=steps) for impl, steps in impls for K in (64, 128)
+            if impl not in dk.BF16_ONLY_IMPLS]
     out += [dict(launcher="tc", impl=impl, K=K, steps=steps, io="bf16")
             for impl, steps in impls if impl in dk.BF16_IMPLS for K in (64, 128)]
     return out
