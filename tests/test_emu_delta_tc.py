@@ -319,3 +319,44 @@ def test_phase_stamps_cover_kernel_10_and_summarise():
     assert m.loc[("consumer", "work"), "share_of_period"] == pytest.approx(0.75)
     assert m.loc[("producer", "wait"), "median_cycles"] == pytest.approx(108.5)
     assert m.loc[("producer", "chunk period"), "share_of_period"] == pytest.approx(1.0)
+
+
+def test_wgmma_family_stamps_and_generated_lines():
+    """13's and 14's KDA_STAMP calls are the phases fast.CONSUMER/PRODUCER_STAMP_PHASES name (WG_C
+    0-7, WG_E 0-3), and the lines notebook 13 generates from its stamp and probe tables say what the
+    tables hold (pure functions on made-up tables)."""
+    import re
+
+    import pandas as pd
+
+    from attnlab.delta import fast
+
+    chain = (ROOT / "kernels" / "delta" / "wgmma_recurrence.cuh").read_text().split("kda_wg_chain(")[1]
+    ops = (ROOT / "kernels" / "delta" / "wgmma_recurrence.cuh").read_text().split("kda_wg_chain(")[0]
+    assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", chain))) == list(range(8))
+    for src in ("13_chunk_state_wgmma.cu", "14_chunk_state_multicast.cu"):   # WG_E's loop: 0, 1; its arithmetic: 2, 3
+        loop = (ROOT / "kernels" / "delta" / src).read_text()
+        assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", loop + ops))) == list(range(4)), src
+    for impl in fast.WG_STAMP_IMPLS + ("tma",):
+        assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(8))
+        assert sorted({i for _, a, b in fast.PRODUCER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(4))
+        assert fast.PRODUCER_WARPS[impl] == 4
+    rows = []
+    for impl, first in (("wgmma", 3000.0), ("bulk", 1000.0)):
+        for w in range(8):
+            role = "consumer" if w < 4 else "producer"
+            for p, a, b in (fast.CONSUMER_STAMP_PHASES if role == "consumer" else fast.PRODUCER_STAMP_PHASES)[impl]:
+                c = 2000.0 if (role, a) == ("consumer", 0) else first if (role, a) == ("producer", 0) else 500.0
+                rows.append(dict(role=role, warp=w, phase=p, median_cycles=c, implementation=impl))
+            rows.append(dict(role=role, warp=w, phase="chunk period", median_cycles=5000.0, implementation=impl))
+    lines = fast.describe_wg_phases(pd.DataFrame(rows))
+    assert lines[0] == ("- wgmma: chunk period 5000 cycles; WG_E spends 3000 (60 %) on its inputs and the hand-over "
+                        "before its arithmetic, 500 on the arithmetic; WG_C's first phase (P1, with its copies "
+                        "issued) takes 2000.")
+    assert lines[1].startswith("- bulk: chunk period 5000 cycles; WG_E spends 1000 (20 %)")
+    probes = pd.DataFrame(dict(implementation=["13", "13 without input copies after chunk 0 (KDA_PROBE=4)", "14 bulk"],
+                               median_ms=[1.5, 0.9, 3.0]))
+    assert fast.describe_probes(probes) == [
+        "- 13 without input copies after chunk 0 (KDA_PROBE=4): 0.900 ms against 1.500 ms for 13 as built "
+        "(+0.600 ms is what the build took away).",
+        "- 14 bulk: 3.000 ms, 0.50× 13's speed (slower)."]
