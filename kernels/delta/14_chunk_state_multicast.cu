@@ -59,9 +59,10 @@
 // Requires sm_90a (wgmma, stmatrix, multicast bulk copies).
 #include "wgmma_recurrence.cuh"
 
-// The kernel body of every form: CL blocks per cluster, WG_C's copies as bulk copies (BSLOT), or the
-// tile as three tensor copies (maps: g, k, q; CL = 1).
-template <int K, int V, int C, int BV, bool BF, int CL, bool BSLOT, bool TMA>
+// The kernel body of every form: CL blocks per cluster, WG_C's copies as cp.async pieces, row bulk
+// copies or one bulk and one tensor copy (SLOT 0, 1, 2: kda_wg_chain), the tile as three tensor copies
+// (TMA; maps: g, k, q, and v for SLOT 2; CL = 1).
+template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -69,7 +70,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
             int T, int H, float scale, const TmaMap* const* maps) {
     static_assert(!TMA || CL == 1, "the tensor-copy form runs without a cluster");
-    using L = KdaWgLayout<K, V, C, BV, BF, 4>;               // 13's layout; FULL_T, EMPTY_T and WG_C's two slots
+    static_assert(SLOT != 2 || TMA, "WG_C's tensor copies come with the tensor-copy form");
+    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2>;   // 13's layout; FULL_T, EMPTY_T and WG_C's two slots
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
@@ -150,7 +152,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         }
     } else {
         // ====================================================== WG_C: the chain of products (13's)
-        kda_wg_chain<L, BSLOT>(cx, v, beta, TA, h0, o, ht);
+        kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, TMA && SLOT == 2 ? maps[3] : nullptr);
     }
     if constexpr (CL > 1) cluster_sync();   // no block leaves while a copy or an arrival of its cluster may reach it
 }
@@ -165,10 +167,10 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
                    typename KdaIn<BF>::T* __restrict__ o,    // [B,T,H,V]
                    float* __restrict__ ht,                   // [B,H,K,V] fp32, or nullptr
                    int T, int H, float scale) {
-    kda_mc_body<K, V, C, BV, BF, CL, BSLOT, false>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, nullptr);
+    kda_mc_body<K, V, C, BV, BF, CL, BSLOT ? 1 : 0, false>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, nullptr);
 }
 
-template <int K, int V, int C, int BV, bool BF = false>
+template <int K, int V, int C, int BV, bool BF = false, bool TSLOT = false>   // TSLOT: WG_C's copies as tensor copies too
 __global__ void __launch_bounds__(256, 1)
 kda_chunk_state_tma(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                     const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -176,7 +178,8 @@ kda_chunk_state_tma(const typename KdaIn<BF>::T* __restrict__ q, const typename 
                     const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
                     int T, int H, float scale,
                     const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk,
-                    const __grid_constant__ TmaMap tq) {   // g, k, q as (K, H, T, B), boxes of (K, 1, C, 1)
-    const TmaMap* maps[3] = {&tg, &tk, &tq};
-    kda_mc_body<K, V, C, BV, BF, 1, false, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+                    const __grid_constant__ TmaMap tq,      // g, k, q as (K, H, T, B), boxes of (K, 1, C, 1)
+                    const __grid_constant__ TmaMap tv) {    // v as (V, H, T, B), boxes of (BV, 1, C, 1) (TSLOT)
+    const TmaMap* maps[4] = {&tg, &tk, &tq, &tv};
+    kda_mc_body<K, V, C, BV, BF, 1, TSLOT ? 2 : 0, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }

@@ -11,15 +11,16 @@
 #include "delta_io.cuh"
 #include "hopper.cuh"
 
-template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1>
-struct KdaWgLayout {
+template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false>
+struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as one bulk copy and one tensor copy land them (14's "tma2")
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NTH = 256;                     // WG_C (chain), WG_E (element-wise)
     static constexpr int MT = K / 64;                   // m64 tiles of the state (rows = channels)
     static constexpr int LE = K + 8;                    // floats per Kbg / Qg row
-    static constexpr int LC = C / 2 + 4;                // words per T / A2 row (ldmatrix conflict-free)
-    static constexpr int LV = BV + 8;                   // elements per v row
+    static constexpr bool DENSE = DENSE_;
+    static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
+    static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
     static constexpr int ESZ = BF ? 2 : 4;              // bytes per input element
     // byte offsets from the 1024-aligned base
@@ -169,15 +170,21 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 KDA_STAMP(3);
 }
 
-// WG_C, the whole pass: the chain of products over every chunk, then the final state. With BSLOT
-// (14's "bulk" impls) its T / A2 rows and v rows arrive as bulk copies issued by its first warp,
-// completing on the slot's mbarrier at `slot_bar` + 8 (slot & 1) (layout L::OFF_MBAR + 16: 14 inits
-// them), instead of 16-byte cp.async pieces issued by all 128 threads.
-template <class L, bool BSLOT = false>
+// WG_C, the whole pass: the chain of products over every chunk, then the final state. Its T / A2
+// rows and v rows of chunk n + 1 arrive during chunk n as (SLOT) 0: 16-byte cp.async pieces issued by
+// all 128 threads (13); 1: bulk copies, one per row, issued by its first warp (14's "bulk2"); 2: one
+// bulk copy of the chunk's 8 KB of T / A2 words and one tensor copy of its v box (map `tv`: v as
+// (V, H, T, B), boxes of BV x 1 x C x 1; rows past T zero-filled), issued by one thread (14's "tma2":
+// the slot's rows unpadded, L::DENSE). With SLOT 1 or 2 they complete on the slot's mbarrier at
+// `slot_bar` + 8 (slot & 1) (layout L::OFF_MBAR + 16: 14 inits them).
+template <class L, int SLOT = 0>
 static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const typename KdaIn<L::BF>::T* __restrict__ v,
                                                     const typename KdaIn<L::BF>::T* __restrict__ beta,
                                                     const unsigned* __restrict__ TA, const float* __restrict__ h0,
-                                                    typename KdaIn<L::BF>::T* __restrict__ o, float* __restrict__ ht) {
+                                                    typename KdaIn<L::BF>::T* __restrict__ o, float* __restrict__ ht,
+                                                    const TmaMap* tv = nullptr) {
+    static_assert(SLOT >= 0 && SLOT <= 2 && L::DENSE == (SLOT == 2), "tensor-copied slots are unpadded, the others padded");
+    constexpr bool BSLOT = SLOT > 0;
     constexpr int K = L::K, V = L::V, C = L::C, BV = L::BV;
     constexpr bool BF = L::BF;
     using TIn = typename KdaIn<BF>::T;
@@ -249,6 +256,14 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     auto copy_slot = [&](int n) {
         unsigned* dta = reinterpret_cast<unsigned*>(slot(n));
         const unsigned* src = ta_head + (long long)n * (4 * C * (C / 2));
+        if constexpr (SLOT == 2) {   // thread 0: the chunk's T / A2 words (contiguous) and its v box
+            if (tid != 0) return;
+            const unsigned bar = slot_bar + 8 * (n & 1);
+            mbar_arrive_expect_tx(bar, L::TA_BYTES + C * BV * sizeof(TIn));
+            bulk_copy(smem_u32(dta), src, L::TA_BYTES, bar);
+            tma_load_4d(smem_u32(slot(n) + L::TA_BYTES), tv, v0, h, n * C, b, bar);
+            return;
+        }
         if constexpr (BSLOT) {   // warp 0: 4C rows of C/2 words (T, A2 hi/lo) and C rows of v; rows past T repeat row T - 1
             if (warp != 0) return;
             constexpr unsigned TROW = (C / 2) * 4, VROW = BV * sizeof(TIn);

@@ -10,10 +10,10 @@ For attention, q, k, v of shape [B, H, N, D] (16-bit, contiguous) are described 
 (D, N, B·H), innermost first, so a box of ``rows`` × 64 columns never crosses into the next head:
 rows past N are zero-filled by the engine.
 
-For delta attention (kernels/delta/14's TMA form), q, k, g of shape [B, T, H, K] (fp32 or bf16) are
+For delta attention (kernels/delta/14's TMA forms), q, k, g of shape [B, T, H, K] (fp32 or bf16) are
 described as a 4-D tensor (K, H, T, B) without swizzle, copied in boxes of K channels × one head ×
-``rows`` tokens × one batch: a box never crosses into another head or batch, and tokens past T are
-zero-filled.
+``rows`` tokens × one batch, and v ([B, T, H, V]) likewise in boxes of a value block's BV channels: a
+box never crosses into another head or batch, and tokens past T are zero-filled.
 """
 
 from __future__ import annotations
@@ -90,27 +90,29 @@ def tensor_map_3d(ptr: int, dtype: str, bh: int, n: int, d: int, rows: int, cols
     return out
 
 
-def rows_plan(b: int, t: int, h: int, k: int, rows: int, elem_bytes: int) -> dict:
-    """The encode arguments for a [b, t, h, k] tensor copied in boxes of ``rows`` tokens × all k
-    channels of one head (pure; tested on CPU)."""
+def rows_plan(b: int, t: int, h: int, k: int, rows: int, elem_bytes: int, cols: int | None = None) -> dict:
+    """The encode arguments for a [b, t, h, k] tensor copied in boxes of ``rows`` tokens × ``cols``
+    channels (default: all k) of one head (pure; tested on CPU)."""
+    cols = k if cols is None else cols
     if min(b, t, h, k) < 1:
         raise ValueError(f"empty tensor [{b}, {t}, {h}, {k}]")
-    if not 1 <= rows <= 256 or not 1 <= k <= 256:
-        raise ValueError(f"box dimensions must be 1..256 (got {k} channels x {rows} tokens)")
-    if (k * elem_bytes) % 16:
-        raise ValueError(f"a box row of {k} x {elem_bytes} bytes is not a multiple of 16 bytes")
+    if not 1 <= rows <= 256 or not 1 <= cols <= min(k, 256):
+        raise ValueError(f"box dimensions must be 1..256 and within the tensor (got {cols} of {k} channels x {rows} tokens)")
+    if (cols * elem_bytes) % 16 or (k * elem_bytes) % 16:
+        raise ValueError(f"a box row of {cols} x {elem_bytes} bytes (and a token row of {k}) must be a multiple of 16 bytes")
     return {"dims": (k, h, t, b), "strides": (k * elem_bytes, h * k * elem_bytes, t * h * k * elem_bytes),
-            "box": (k, 1, rows, 1)}
+            "box": (cols, 1, rows, 1)}
 
 
-def tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: int) -> np.ndarray:
+def tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: int,
+                    cols: int | None = None) -> np.ndarray:
     """A CUtensorMap (no swizzle) for the contiguous [b, t, h, k] tensor at device address ``ptr``,
-    copied in boxes of ``rows`` tokens × k channels of one head (:func:`rows_plan`)."""
+    copied in boxes of ``rows`` tokens × ``cols`` (default k) channels of one head (:func:`rows_plan`)."""
     if dtype not in ROWS_DATA_TYPE:
         raise ValueError(f"row tensor maps here are for {' or '.join(ROWS_DATA_TYPE)}, not {dtype}")
     if ptr % 16:
         raise ValueError(f"the tensor's address must be 16-byte aligned for the copy engine (got {ptr:#x})")
-    plan = rows_plan(b, t, h, k, rows, ELEM_BYTES[dtype])
+    plan = rows_plan(b, t, h, k, rows, ELEM_BYTES[dtype], cols)
     buf = np.zeros(MAP_BYTES + 64, dtype=np.uint8)
     off = (-buf.ctypes.data) % 64
     out = buf[off:off + MAP_BYTES].view(MAP_DTYPE)
@@ -120,5 +122,5 @@ def tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: 
                        SWIZZLE[0], L2_PROMOTION_256B, OOB_FILL_ZERO)
     if status != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for [{b}, {t}, {h}, {k}] {dtype}, "
-                             f"box {rows} tokens x {k} channels")
+                             f"box {rows} tokens x {plan['box'][0]} channels")
     return out

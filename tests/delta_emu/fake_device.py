@@ -320,7 +320,8 @@ _TMAP = np.dtype([("base", "<u8"), ("esz", "<u4"), ("pad", "<u4"), ("dims", "<u8
                   ("box", "<u4", 4)])
 
 
-def fake_tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: int) -> np.ndarray:
+def fake_tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: int,
+                         cols: int | None = None) -> np.ndarray:
     """attnlab.tma.tensor_map_rows on the CPU: the same checks and plan, encoded as the model's TmaMap
     (what cuTensorMapEncodeTiled would be given) in 128 bytes."""
     from attnlab import tma
@@ -328,7 +329,7 @@ def fake_tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, r
     if dtype not in tma.ROWS_DATA_TYPE:
         raise ValueError(f"row tensor maps here are for {' or '.join(tma.ROWS_DATA_TYPE)}, not {dtype}")
     esz = tma.ELEM_BYTES[dtype]
-    plan = tma.rows_plan(b, t, h, k, rows, esz)
+    plan = tma.rows_plan(b, t, h, k, rows, esz, cols)
     rec = np.zeros(1, dtype=_TMAP)
     rec["base"], rec["esz"], rec["dims"] = ptr, esz, plan["dims"]
     rec["strides"], rec["box"] = (esz, *plan["strides"]), plan["box"]

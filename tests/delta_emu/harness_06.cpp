@@ -12,8 +12,9 @@
 // recurrence), mc_o, mc_ht and m2_o, m2_ht (07<A2> then 14, the inputs multicast to a cluster of all
 // of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc; m1_o, m1_ht:
 // 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too; tm_o, tm_ht:
-// 14's TMA form, three tensor copies a chunk), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht and tmb_o, tmb_ht (07 then 10, 07 then 12,
+// 14's TMA form, three tensor copies a chunk; t2_o, t2_ht: and WG_C's copies as one bulk and one
+// tensor copy), bf_o, bf_ht,
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht and t2b_o, t2b_ht (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
@@ -178,17 +179,41 @@ int main(int argc, char** argv) {
         m.strides[3] = (unsigned long long)T * H * K * esz;
         return m;
     };
+    // v as (V, H, T, B), boxes of BV x 1 x C x 1 (the tensor-copy form's slot copies)
+    auto vmap = [&](const void* base, unsigned esz) {
+        TmaMap m = tmap(base, esz);
+        m.dims[0] = V;
+        m.box[0] = BV;
+        m.strides[1] = (unsigned long long)V * esz;
+        m.strides[2] = (unsigned long long)H * V * esz;
+        m.strides[3] = (unsigned long long)T * H * V * esz;
+        return m;
+    };
     std::fill(o9.begin(), o9.end(), nan);
     std::fill(ht10.begin(), ht10.end(), nan);
     {
         const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4);
         emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
             kda_chunk_state_tma<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
-                                             has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale, mg, mk, mq);
+                                             has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale, mg, mk, mq,
+                                             vmap(v.data(), 4));
         });
     }
     write_f32(dir + "/tm_o", o9);
     write_f32(dir + "/tm_ht", ht10);
+    // ... and WG_C's copies as one bulk copy (T, A2) and one tensor copy of v
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+    {
+        const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
+            kda_chunk_state_tma<K, V, C, BV, false, true>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                                          has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
+                                                          mg, mk, mq, mv);
+        });
+    }
+    write_f32(dir + "/t2_o", o9);
+    write_f32(dir + "/t2_ht", ht10);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {
@@ -280,11 +305,24 @@ int main(int argc, char** argv) {
         emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
             kda_chunk_state_tma<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
                                                    has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
-                                                   mg, mk, mq);
+                                                   mg, mk, mq, vmap(vb.data(), 2));
         });
     }
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/tmb_o", o6);
     write_f32(dir + "/tmb_ht", ht11);
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    {
+        const TmaMap mg = tmap(gb.data(), 2), mk = tmap(kb.data(), 2), mq = tmap(qb.data(), 2), mv = vmap(vb.data(), 2);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
+            kda_chunk_state_tma<K, V, C, BV, true, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                         has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
+                                                         mg, mk, mq, mv);
+        });
+    }
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/t2b_o", o6);
+    write_f32(dir + "/t2b_ht", ht11);
     return 0;
 }

@@ -12,7 +12,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   ``07_chunk_prep_tc.cu`` → ``10_chunk_state_lean.cu`` (``impl="lean"``, the default), → ``13``
   (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``14`` (``"bulk"``: 13 with
   the inputs fetched by bulk copies; ``"multicast"``: multicast to a cluster of the head's value blocks;
-  ``"tma"``: three TMA tensor copies a chunk; sm_90a), → ``12`` (``"regs"``),
+  ``"tma"``: three TMA tensor copies a chunk; ``"tma2"``: and WG_C's T / A2 and v by one bulk and one
+  tensor copy; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -57,7 +58,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2")
 #: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
 BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -708,11 +709,14 @@ STATE_IMPLS = {
     "bulk": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "bulk2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "tma": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS, mc_smem_words),
+    "tma2": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS, mc_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
-TMA_IMPLS = ("tma",)   # 14's TMA form (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q
+#: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q and v; "tma2" copies
+#: WG_C's T / A2 words and v by one bulk and one tensor copy too
+TMA_IMPLS = ("tma", "tma2")
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS}}
@@ -725,6 +729,7 @@ STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles)
                     "wgmma": (1,), "wgmma2": (2,),   # 13's staging tiles
                     # 14's blocks per cluster (from V, bv) and whether WG_C's copies are bulk copies too
                     "bulk": (1, False), "bulk2": (1, True),
+                    "tma": (False,), "tma2": (True,),   # 14's TMA form: WG_C's copies as tensor copies too
                     "multicast": lambda V, bv: (mc_cluster(V, bv), False),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"), False)}
 
@@ -797,11 +802,12 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
     maps = ()
-    if impl in TMA_IMPLS:   # g, k, q as (K, H, T, B) tensors, boxes of one chunk of one head
+    if impl in TMA_IMPLS:   # g, k, q as (K, H, T, B) tensors, boxes of one chunk of one head; v in value blocks
         from ..arrays import data_ptr
         from ..tma import tensor_map_rows
 
         maps = tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C) for n in ("g", "k", "q"))
+        maps += (tensor_map_rows(data_ptr(arrays["v"]), IO_DTYPES[io], B, T, H, V, C, cols=int(bv)),)
     return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
 
 
@@ -895,8 +901,9 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                 if impl != "multicast2" or extra[0] != mc_cluster(V, bv):
                     for bf in (False, True):
                         out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
-            for bf in (False, True):   # 14's TMA form
-                out.append((MC_SRC, "kda_chunk_state_tma", (K, V, FUSED_CHUNK, bv, bf)))
+            for bf in (False, True):   # 14's TMA forms: WG_E's tile; and WG_C's copies
+                for tslot in (False, True):
+                    out.append((MC_SRC, "kda_chunk_state_tma", (K, V, FUSED_CHUNK, bv, bf, tslot)))
     return out
 
 
