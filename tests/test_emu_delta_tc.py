@@ -339,7 +339,7 @@ def test_wgmma_family_stamps_and_generated_lines():
     for src in ("13_chunk_state_wgmma.cu", "14_chunk_state_multicast.cu"):   # WG_E's loop: 0, 1; its arithmetic: 2, 3
         loop = (ROOT / "kernels" / "delta" / src).read_text()
         assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", loop + ops))) == list(range(4)), src
-    for impl in fast.WG_STAMP_IMPLS + ("tma",):
+    for impl in sorted(set(fast.WG_STAMP_IMPLS) | {"bulk2", "tma", "tma2"}):
         assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(8))
         assert sorted({i for _, a, b in fast.PRODUCER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(4))
         assert fast.PRODUCER_WARPS[impl] == 4

@@ -60,3 +60,16 @@ def test_rows_plan_describes_a_chunk_of_one_head():
         tma.tensor_map_rows(0x1008, "float32", 1, 16, 1, 64, 32)
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         tma.tensor_map_rows(0x1000, "float16", 1, 16, 1, 64, 32)
+
+
+def test_rows_plan_value_blocks_and_swizzle():
+    # v of [B=2, T=100, H=16, V=128] bf16 in value blocks of 32 columns, each box row (64 bytes) swizzled
+    plan = tma.rows_plan(2, 100, 16, 128, 32, 2, cols=32, swizzle=64)
+    assert plan["dims"] == (128, 16, 100, 2) and plan["box"] == (32, 1, 32, 1) and plan["swizzle"] == 64
+    assert tma.rows_plan(1, 10, 1, 64, 8, 4)["swizzle"] == 0
+    with pytest.raises(ValueError, match="at most 64 bytes"):
+        tma.rows_plan(1, 10, 1, 128, 32, 4, cols=32, swizzle=64)   # 128-byte rows under a 64-byte swizzle
+    with pytest.raises(ValueError, match="swizzle must be one of"):
+        tma.rows_plan(1, 10, 1, 64, 32, 4, swizzle=16)
+    with pytest.raises(ValueError, match="within the tensor"):
+        tma.rows_plan(1, 10, 1, 64, 32, 4, cols=128)

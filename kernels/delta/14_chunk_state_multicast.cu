@@ -152,7 +152,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         }
     } else {
         // ====================================================== WG_C: the chain of products (13's)
-        kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, TMA && SLOT == 2 ? maps[3] : nullptr);
+        kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, SLOT == 2 ? maps[3] : nullptr, SLOT == 2 ? maps[4] : nullptr);
     }
     if constexpr (CL > 1) cluster_sync();   // no block leaves while a copy or an arrival of its cluster may reach it
 }
@@ -179,7 +179,8 @@ kda_chunk_state_tma(const typename KdaIn<BF>::T* __restrict__ q, const typename 
                     int T, int H, float scale,
                     const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk,
                     const __grid_constant__ TmaMap tq,      // g, k, q as (K, H, T, B), boxes of (K, 1, C, 1)
-                    const __grid_constant__ TmaMap tv) {    // v as (V, H, T, B), boxes of (BV, 1, C, 1) (TSLOT)
-    const TmaMap* maps[4] = {&tg, &tk, &tq, &tv};
+                    const __grid_constant__ TmaMap tv,      // TSLOT: v as (V, H, T, B), boxes of (BV, 1, C, 1),
+                    const __grid_constant__ TmaMap tta) {   // and TA as rows of C/2 words, boxes of 4C rows (swizzled)
+    const TmaMap* maps[5] = {&tg, &tk, &tq, &tv, &tta};
     kda_mc_body<K, V, C, BV, BF, 1, TSLOT ? 2 : 0, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }

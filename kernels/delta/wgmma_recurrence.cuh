@@ -56,6 +56,15 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as one bulk copy an
 // syncs) and EMPTY + buffer (WG_C arrives, WG_E syncs).
 struct KdaWgBars { static constexpr int CONS = 1, PROD = 2, FULL = 3, EMPTY = 5; };
 
+// Byte offset, from a 1024-aligned tile, of element `e` (of `esz` bytes) of a row-major tile that a
+// tensor copy landed with a swizzle of SW bytes (0: none): the copy engine moves the 16-byte piece at
+// byte a to a ^ (((a >> 7) & (SW / 16 - 1)) << 4).
+template <int SW>
+static __device__ __forceinline__ int kda_slot_sw(int e, int esz) {
+    const int a = e * esz;
+    return SW ? a ^ (((a >> 7) & (SW / 16 - 1)) << 4) : a;
+}
+
 // Shared-space address of (row r, 16-byte chunk ch) of a K-major 128-byte-swizzle tile at `tile`.
 static __device__ __forceinline__ unsigned kda_sw128(unsigned tile, int r, int ch) {
     return tile + (r / 8) * 1024 + (r % 8) * 128 + ((ch ^ (r % 8)) * 16);
@@ -173,16 +182,18 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
 // WG_C, the whole pass: the chain of products over every chunk, then the final state. Its T / A2
 // rows and v rows of chunk n + 1 arrive during chunk n as (SLOT) 0: 16-byte cp.async pieces issued by
 // all 128 threads (13); 1: bulk copies, one per row, issued by its first warp (14's "bulk2"); 2: one
-// bulk copy of the chunk's 8 KB of T / A2 words and one tensor copy of its v box (map `tv`: v as
-// (V, H, T, B), boxes of BV x 1 x C x 1; rows past T zero-filled), issued by one thread (14's "tma2":
-// the slot's rows unpadded, L::DENSE). With SLOT 1 or 2 they complete on the slot's mbarrier at
+// tensor copy of the chunk's 8 KB of T / A2 words (map `tta`: 07's output as rows of C/2 words, boxes
+// of 4C rows, 64-byte swizzle) and one of its v box (map `tv`: v as (V, H, T, B), boxes of BV x 1 x C x 1,
+// a swizzle of one box row; rows past T zero-filled), issued by one thread (14's "tma2": the slot's
+// rows unpadded, L::DENSE, and read through the swizzle, kda_slot_sw, so that ldmatrix and the v reads
+// meet no bank conflicts). With SLOT 1 or 2 they complete on the slot's mbarrier at
 // `slot_bar` + 8 (slot & 1) (layout L::OFF_MBAR + 16: 14 inits them).
 template <class L, int SLOT = 0>
 static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const typename KdaIn<L::BF>::T* __restrict__ v,
                                                     const typename KdaIn<L::BF>::T* __restrict__ beta,
                                                     const unsigned* __restrict__ TA, const float* __restrict__ h0,
                                                     typename KdaIn<L::BF>::T* __restrict__ o, float* __restrict__ ht,
-                                                    const TmaMap* tv = nullptr) {
+                                                    const TmaMap* tv = nullptr, const TmaMap* tta = nullptr) {
     static_assert(SLOT >= 0 && SLOT <= 2 && L::DENSE == (SLOT == 2), "tensor-copied slots are unpadded, the others padded");
     constexpr bool BSLOT = SLOT > 0;
     constexpr int K = L::K, V = L::V, C = L::C, BV = L::BV;
@@ -256,11 +267,12 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     auto copy_slot = [&](int n) {
         unsigned* dta = reinterpret_cast<unsigned*>(slot(n));
         const unsigned* src = ta_head + (long long)n * (4 * C * (C / 2));
-        if constexpr (SLOT == 2) {   // thread 0: the chunk's T / A2 words (contiguous) and its v box
+        if constexpr (SLOT == 2) {   // thread 0: the chunk's T / A2 rows and its v box, swizzled
             if (tid != 0) return;
+            (void)src;
             const unsigned bar = slot_bar + 8 * (n & 1);
             mbar_arrive_expect_tx(bar, L::TA_BYTES + C * BV * sizeof(TIn));
-            bulk_copy(smem_u32(dta), src, L::TA_BYTES, bar);
+            tma_load_4d(smem_u32(dta), tta, 0, 0, (int)((bh * NC + n) * 4 * C), 0, bar);
             tma_load_4d(smem_u32(slot(n) + L::TA_BYTES), tv, v0, h, n * C, b, bar);
             return;
         }
@@ -363,7 +375,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             for (int hl = 0; hl < 2; ++hl)
 #pragma unroll
                 for (int s = 0; s < 2; ++s)
-                    ldmatrix_x4(ta[hl][s], sta + ((mi & 1) * 2 + hl) * C * LC + (8 * warp + r) * LC + 8 * s + (mi / 2) * 4);
+                    ldmatrix_x4(ta[hl][s], sta + kda_slot_sw<SLOT == 2 ? 64 : 0>(
+                                               ((mi & 1) * 2 + hl) * C * LC + (8 * warp + r) * LC + 8 * s + (mi / 2) * 4, 4) / 4);
         }
         wgmma_wait<0>();
         fence_regs(p1);
@@ -371,10 +384,11 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         // X = beta v - Kbg S (rows g8: token i), Ob = Qg S (rows g8 + 8)
         float x[BV / 4], ob[BV / 4];
         {
-            const TIn* sv = reinterpret_cast<const TIn*>(slot(n) + L::TA_BYTES) + i * LV;
+            const TIn* sv = reinterpret_cast<const TIn*>(slot(n) + L::TA_BYTES);
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-                const float2 vv = kda_ld2<BF>(sv + 8 * j + 2 * t4);
+                const float2 vv = kda_ld2<BF>(sv + kda_slot_sw<SLOT == 2 ? BV * (int)sizeof(TIn) : 0>(
+                                                       i * LV + 8 * j + 2 * t4, (int)sizeof(TIn)) / (int)sizeof(TIn));
                 x[2 * j] = beta_i * vv.x - p1[4 * j];
                 x[2 * j + 1] = beta_i * vv.y - p1[4 * j + 1];
                 ob[2 * j] = p1[4 * j + 2];

@@ -90,10 +90,16 @@ def tensor_map_3d(ptr: int, dtype: str, bh: int, n: int, d: int, rows: int, cols
     return out
 
 
-def rows_plan(b: int, t: int, h: int, k: int, rows: int, elem_bytes: int, cols: int | None = None) -> dict:
+def rows_plan(b: int, t: int, h: int, k: int, rows: int, elem_bytes: int, cols: int | None = None,
+              swizzle: int = 0) -> dict:
     """The encode arguments for a [b, t, h, k] tensor copied in boxes of ``rows`` tokens × ``cols``
-    channels (default: all k) of one head (pure; tested on CPU)."""
+    channels (default: all k) of one head, landing unswizzled or with a ``swizzle`` of 32, 64 or 128
+    bytes (a box row of at most that many bytes; pure; tested on CPU)."""
     cols = k if cols is None else cols
+    if swizzle not in SWIZZLE:
+        raise ValueError(f"swizzle must be one of {sorted(SWIZZLE)} bytes, got {swizzle}")
+    if swizzle and cols * elem_bytes > swizzle:
+        raise ValueError(f"a {swizzle}-byte swizzle takes box rows of at most {swizzle} bytes, not {cols} x {elem_bytes}")
     if min(b, t, h, k) < 1:
         raise ValueError(f"empty tensor [{b}, {t}, {h}, {k}]")
     if not 1 <= rows <= 256 or not 1 <= cols <= min(k, 256):
@@ -101,26 +107,27 @@ def rows_plan(b: int, t: int, h: int, k: int, rows: int, elem_bytes: int, cols: 
     if (cols * elem_bytes) % 16 or (k * elem_bytes) % 16:
         raise ValueError(f"a box row of {cols} x {elem_bytes} bytes (and a token row of {k}) must be a multiple of 16 bytes")
     return {"dims": (k, h, t, b), "strides": (k * elem_bytes, h * k * elem_bytes, t * h * k * elem_bytes),
-            "box": (cols, 1, rows, 1)}
+            "box": (cols, 1, rows, 1), "swizzle": swizzle}
 
 
 def tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: int,
-                    cols: int | None = None) -> np.ndarray:
-    """A CUtensorMap (no swizzle) for the contiguous [b, t, h, k] tensor at device address ``ptr``,
-    copied in boxes of ``rows`` tokens × ``cols`` (default k) channels of one head (:func:`rows_plan`)."""
+                    cols: int | None = None, swizzle: int = 0) -> np.ndarray:
+    """A CUtensorMap for the contiguous [b, t, h, k] tensor at device address ``ptr``, copied in boxes
+    of ``rows`` tokens × ``cols`` (default k) channels of one head, with the given shared-memory
+    swizzle (bytes; :func:`rows_plan`)."""
     if dtype not in ROWS_DATA_TYPE:
         raise ValueError(f"row tensor maps here are for {' or '.join(ROWS_DATA_TYPE)}, not {dtype}")
     if ptr % 16:
         raise ValueError(f"the tensor's address must be 16-byte aligned for the copy engine (got {ptr:#x})")
-    plan = rows_plan(b, t, h, k, rows, ELEM_BYTES[dtype], cols)
+    plan = rows_plan(b, t, h, k, rows, ELEM_BYTES[dtype], cols, swizzle)
     buf = np.zeros(MAP_BYTES + 64, dtype=np.uint8)
     off = (-buf.ctypes.data) % 64
     out = buf[off:off + MAP_BYTES].view(MAP_DTYPE)
     u64x4, u64x3, u32x4 = ctypes.c_uint64 * 4, ctypes.c_uint64 * 3, ctypes.c_uint32 * 4
     status = _driver()(out.ctypes.data, ROWS_DATA_TYPE[dtype], 4, ctypes.c_void_p(ptr), u64x4(*plan["dims"]),
                        u64x3(*plan["strides"]), u32x4(*plan["box"]), u32x4(1, 1, 1, 1), INTERLEAVE_NONE,
-                       SWIZZLE[0], L2_PROMOTION_256B, OOB_FILL_ZERO)
+                       SWIZZLE[swizzle], L2_PROMOTION_256B, OOB_FILL_ZERO)
     if status != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled failed (CUresult {status}) for [{b}, {t}, {h}, {k}] {dtype}, "
-                             f"box {rows} tokens x {plan['box'][0]} channels")
+                             f"box {rows} tokens x {plan['box'][0]} channels, swizzle {swizzle} B")
     return out

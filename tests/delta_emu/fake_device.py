@@ -314,14 +314,14 @@ class EmuKernel:
 
 
 TMAP_BYTES = 128
-#: the CPU model's TmaMap (tests/ladder_emu/ladder_emu.h): base, element size, dims[4], strides[4]
+#: the CPU model's TmaMap (tests/ladder_emu/ladder_emu.h): base, element size, swizzle (bytes), dims[4], strides[4]
 #: (bytes, strides[0] the element size), box[4]
-_TMAP = np.dtype([("base", "<u8"), ("esz", "<u4"), ("pad", "<u4"), ("dims", "<u8", 4), ("strides", "<u8", 4),
+_TMAP = np.dtype([("base", "<u8"), ("esz", "<u4"), ("swizzle", "<u4"), ("dims", "<u8", 4), ("strides", "<u8", 4),
                   ("box", "<u4", 4)])
 
 
 def fake_tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, rows: int,
-                         cols: int | None = None) -> np.ndarray:
+                         cols: int | None = None, swizzle: int = 0) -> np.ndarray:
     """attnlab.tma.tensor_map_rows on the CPU: the same checks and plan, encoded as the model's TmaMap
     (what cuTensorMapEncodeTiled would be given) in 128 bytes."""
     from attnlab import tma
@@ -329,9 +329,9 @@ def fake_tensor_map_rows(ptr: int, dtype: str, b: int, t: int, h: int, k: int, r
     if dtype not in tma.ROWS_DATA_TYPE:
         raise ValueError(f"row tensor maps here are for {' or '.join(tma.ROWS_DATA_TYPE)}, not {dtype}")
     esz = tma.ELEM_BYTES[dtype]
-    plan = tma.rows_plan(b, t, h, k, rows, esz, cols)
+    plan = tma.rows_plan(b, t, h, k, rows, esz, cols, swizzle)
     rec = np.zeros(1, dtype=_TMAP)
-    rec["base"], rec["esz"], rec["dims"] = ptr, esz, plan["dims"]
+    rec["base"], rec["esz"], rec["swizzle"], rec["dims"] = ptr, esz, plan["swizzle"], plan["dims"]
     rec["strides"], rec["box"] = (esz, *plan["strides"]), plan["box"]
     out = np.zeros(TMAP_BYTES, dtype=np.uint8)
     out[:_TMAP.itemsize] = rec.view(np.uint8)

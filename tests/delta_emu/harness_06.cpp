@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     write_f32(dir + "/mt_ht", ht10);
     // ... and its TMA form: g, k, q as (K, H, T, B) tensors, one box of K x 1 x C x 1 per array and chunk
     auto tmap = [&](const void* base, unsigned esz) {
-        TmaMap m{static_cast<const unsigned char*>(base), esz, {(unsigned long long)K, (unsigned long long)H,
+        TmaMap m{static_cast<const unsigned char*>(base), esz, 0u, {(unsigned long long)K, (unsigned long long)H,
                  (unsigned long long)T, (unsigned long long)B}, {}, {(unsigned)K, 1u, (unsigned)C, 1u}};
         m.strides[0] = esz;
         m.strides[1] = (unsigned long long)K * esz;
@@ -179,14 +179,24 @@ int main(int argc, char** argv) {
         m.strides[3] = (unsigned long long)T * H * K * esz;
         return m;
     };
-    // v as (V, H, T, B), boxes of BV x 1 x C x 1 (the tensor-copy form's slot copies)
+    // the tensor-copy form's slot copies: v as (V, H, T, B), boxes of BV x 1 x C x 1, a box row's swizzle;
+    // 07's T / A2 words as rows of C/2 words, boxes of 4C rows, the 64-byte swizzle
     auto vmap = [&](const void* base, unsigned esz) {
         TmaMap m = tmap(base, esz);
         m.dims[0] = V;
         m.box[0] = BV;
+        m.swizzle = BV * esz;
         m.strides[1] = (unsigned long long)V * esz;
         m.strides[2] = (unsigned long long)H * V * esz;
         m.strides[3] = (unsigned long long)T * H * V * esz;
+        return m;
+    };
+    auto tamap = [&](const unsigned* base) {
+        const unsigned long long rows = (unsigned long long)B * H * ((T + C - 1) / C) * 4 * C;
+        TmaMap m{reinterpret_cast<const unsigned char*>(base), 4u, 64u, {C / 2, 1, rows, 1}, {}, {C / 2, 1u, 4u * C, 1u}};
+        m.strides[0] = 4;
+        m.strides[1] = m.strides[2] = 4 * (C / 2);
+        m.strides[3] = 4 * (C / 2) * rows;
         return m;
     };
     std::fill(o9.begin(), o9.end(), nan);
@@ -196,7 +206,7 @@ int main(int argc, char** argv) {
         emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
             kda_chunk_state_tma<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
                                              has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale, mg, mk, mq,
-                                             vmap(v.data(), 4));
+                                             vmap(v.data(), 4), tamap(ta2.data()));
         });
     }
     write_f32(dir + "/tm_o", o9);
@@ -209,7 +219,7 @@ int main(int argc, char** argv) {
         emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LM::NTH, (size_t)LM::SMEM_BYTES, [&] {
             kda_chunk_state_tma<K, V, C, BV, false, true>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
                                                           has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
-                                                          mg, mk, mq, mv);
+                                                          mg, mk, mq, mv, tamap(ta2.data()));
         });
     }
     write_f32(dir + "/t2_o", o9);
@@ -305,7 +315,7 @@ int main(int argc, char** argv) {
         emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
             kda_chunk_state_tma<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
                                                    has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
-                                                   mg, mk, mq, vmap(vb.data(), 2));
+                                                   mg, mk, mq, vmap(vb.data(), 2), tamap(tab2.data()));
         });
     }
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
@@ -318,7 +328,7 @@ int main(int argc, char** argv) {
         emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
             kda_chunk_state_tma<K, V, C, BV, true, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
                                                          has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
-                                                         mg, mk, mq, mv);
+                                                         mg, mk, mq, mv, tamap(tab2.data()));
         });
     }
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);

@@ -675,18 +675,25 @@ inline void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned ba
     bulk_copy_multicast(dst, src, bytes, bar, (unsigned short)(1u << cluster_ctarank()));
 }
 
-// ---- TMA tensor copies without swizzle (kernels/hopper.cuh: tma_load_4d; kernels/delta/14's "tma"
-// form). The model's TmaMap is what cuTensorMapEncodeTiled is given: the global address, the element
-// size, the dimensions and byte strides (innermost first) and the box; a copy reads the box at the
-// given coordinates when issued, elements outside the dimensions as zeros (the engine's fill), and
-// lands it densely (box[0] innermost) like a bulk copy, the whole box's bytes counted on the barrier.
+// ---- TMA tensor copies (kernels/hopper.cuh: tma_load_4d; kernels/delta/14's "tma" forms). The
+// model's TmaMap is what cuTensorMapEncodeTiled is given: the global address, the element size, the
+// shared-memory swizzle (0, 32, 64 or 128 bytes), the dimensions and byte strides (innermost first)
+// and the box; a copy reads the box at the given coordinates when issued, elements outside the
+// dimensions as zeros (the engine's fill), and lands it like a bulk copy, the whole box's bytes
+// counted on the barrier: densely (box[0] innermost), or with swizzle S the 16-byte piece at shared
+// address A moved to A ^ (((A >> 7) & (S / 16 - 1)) << 4) (CUTLASS's Swizzle<log2(S / 16), 4, 3>;
+// the destination aligned to 8 S bytes, a box row S bytes or fewer).
 #define __grid_constant__
 struct TmaMap {
     const unsigned char* base;
-    unsigned esz;
+    unsigned esz, swizzle;
     unsigned long long dims[4], strides[4];   // strides[0] = esz
     unsigned box[4];
 };
+// The shared address the copy engine's swizzle of `swizzle` bytes moves the 16-byte piece at `a` to.
+inline unsigned emu_tma_swizzled(unsigned a, unsigned swizzle) {
+    return swizzle ? a ^ (((a >> 7) & (swizzle / 16 - 1)) << 4) : a;
+}
 static_assert(sizeof(TmaMap) == 96, "tests/delta_emu/fake_device.py encodes this layout");
 inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, int c3, unsigned bar) {
     const TmaMap& m = *map;
@@ -694,6 +701,12 @@ inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
     if (dst % 128 != 0 || row % 16 != 0 || dst + bytes > emu_launch_smem_bytes) {
         std::fprintf(stderr, "tma_load_4d to byte %u: the box (%zu bytes) must land 128-byte aligned inside the shared memory\n",
                      dst, bytes);
+        std::abort();
+    }
+    if (m.swizzle && (!(m.swizzle == 32 || m.swizzle == 64 || m.swizzle == 128) || dst % (8 * m.swizzle) != 0 ||
+                      row > m.swizzle)) {
+        std::fprintf(stderr, "tma_load_4d to byte %u: a %u-byte swizzle needs a %u-byte aligned destination and box rows "
+                     "of at most %u bytes (got %zu)\n", dst, m.swizzle, 8 * m.swizzle, m.swizzle, row);
         std::abort();
     }
     EmuBlock& blk = *emu_self().block;
@@ -715,6 +728,12 @@ inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
                     }
                     if (in) std::memcpy(c.data.data() + o, m.base + off, m.esz);
                 }
+    if (m.swizzle) {   // each 16-byte piece to its swizzled place (a permutation within each 8 S-byte span)
+        std::vector<unsigned char> sw(bytes);
+        for (size_t p = 0; p < bytes; p += 16)
+            std::memcpy(sw.data() + (emu_tma_swizzled(dst + (unsigned)p, m.swizzle) - dst), c.data.data() + p, 16);
+        c.data = std::move(sw);
+    }
     mb.inflight.push_back(std::move(c));
     if (mb.waiters > 0) emu_mbar_land(blk, mb);
 }

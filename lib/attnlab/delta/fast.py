@@ -27,17 +27,19 @@ REL_ERR_BOUND = REL_ERR_TARGET
 TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")),
             ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")),
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
-            ("07+14 bulk", "bulk", ("07", "14")), ("07+14 bulk, WG_C too", "bulk2", ("07", "14")),
-            ("07+14 multicast", "multicast", ("07", "14")))
+            ("07+14 bulk", "bulk", ("07", "14")), ("07+14 multicast", "multicast", ("07", "14")),
+            ("07+14 tma", "tma", ("07", "14")), ("07+14 tma, WG_C too", "tma2", ("07", "14")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
-                     "07+14 bulk": "07+13", "07+14 bulk, WG_C too": "07+14 bulk", "07+14 multicast": "07+14 bulk"}
+                     "07+14 bulk": "07+13", "07+14 multicast": "07+14 bulk", "07+14 tma": "07+14 bulk",
+                     "07+14 tma, WG_C too": "07+14 tma"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
 BF16_IO = "07+10 bf16 I/O"
 BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")),
-                 ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")), ("07+14 bulk bf16 I/O", "bulk", ("07", "14")))
+                 ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")),
+                 ("07+14 tma, WG_C too bf16 I/O", "tma2", ("07", "14")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -383,7 +385,8 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
                 ("13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgmma", {"KDA_PROBE": 5}),
-                ("14 bulk", "bulk", {}), ("14 bulk, WG_C too", "bulk2", {}))
+                ("14 bulk", "bulk", {}), ("14 bulk, WG_C too", "bulk2", {}), ("14 tma", "tma", {}),
+                ("14 tma, WG_C too", "tma2", {}))
 
 
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
@@ -405,8 +408,9 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
     return df
 
 
-#: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13 and 14's bulk forms.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "bulk2")
+#: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
+#: and its tensor-copy form with WG_C's copies as tensor copies too.
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2")
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:

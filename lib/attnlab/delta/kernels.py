@@ -807,7 +807,15 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         from ..tma import tensor_map_rows
 
         maps = tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C) for n in ("g", "k", "q"))
-        maps += (tensor_map_rows(data_ptr(arrays["v"]), IO_DTYPES[io], B, T, H, V, C, cols=int(bv)),)
+        # WG_C's slot ("tma2"): v in value blocks, a box row's swizzle; 07's T / A2 words as rows of C/2
+        # words, a chunk's 4C rows a box, the 64-byte swizzle (kernels/delta/wgmma_recurrence.cuh)
+        esz = 2 if io == "bf16" else 4
+        maps += (tensor_map_rows(data_ptr(arrays["v"]), IO_DTYPES[io], B, T, H, V, C, cols=int(bv), swizzle=int(bv) * esz),)
+        ta_rows = int(np.prod(ta_workspace_shape(B, T, H)[:4])) * C
+        if ta_rows >= 2 ** 31:
+            raise ValueError(f"impl={impl!r} addresses 07's output by 32-bit row coordinates: B * H * chunks * {4 * C} = "
+                             f"{ta_rows} rows is too many; split the batch or pass impl='wgmma'")
+        maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, 4 * C, swizzle=64),)
     return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
 
 
