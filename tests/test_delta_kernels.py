@@ -271,7 +271,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -633,7 +633,7 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "multicast", "tma", "tma2"}   # 11, 13, 14: clusters, wgmma, bulk and tensor copies
+    sm90 = {"cluster", "wgmma", "bulk", "multicast", "tma", "tma2", "tma3"}   # 11, 13, 14: clusters, wgmma, bulk and tensor copies
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
     assert {x[1] for x in fast.bf16_io_impls(80)} == {fast.BEST_IMPL}
@@ -652,3 +652,24 @@ def test_tc_smem_bytes_is_the_launchers_shared_memory_for_every_static_build():
     assert dk.wgmma_smem_words(128, 128, 32, nst=2) * 4 > 227 * 1024
     with pytest.raises(ValueError, match="not a tensor-core delta kernel"):
         dk.tc_smem_bytes("kda_chunk_state", (128, 128, 32, 32))
+
+
+def test_static_builds_table_follows_the_instantiation_list(monkeypatch):
+    """fast.static_builds compiles in parallel but returns the rows in static_instantiations' order, each
+    with its target and launch shared memory."""
+    import attnlab.static
+    from attnlab.delta import fast
+
+    class Rep:
+        def __init__(self, function, args, arch):
+            self.d = dict(kernel=f"{function}<{','.join(map(str, args))}>", arch=arch)
+
+        def row(self):
+            return self.d
+
+    monkeypatch.setattr(attnlab.static, "static_build", lambda s, f, inst, arch: [Rep(f, inst[0], arch)])
+    rows = dk.static_instantiations(128, 128, forms=("tc", "wgmma"))
+    t = fast.static_builds(128, 128, forms=("tc", "wgmma"), workers=4)
+    assert list(t["kernel"]) == [f"{f}<{','.join(map(str, a))}>" for _, f, a in rows]
+    assert list(t["arch"]) == [dk.static_arch(f, "sm_90") for _, f, _ in rows]
+    assert list(t["dynamic_smem_KiB"]) == [dk.tc_smem_bytes(f, a) / 1024 for _, f, a in rows]

@@ -106,7 +106,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     # the same arithmetic on the same values
     for tag, how in (("mc", "one cluster per head"), ("m2", "pairs"), ("m1", "no cluster, plain bulk copies"),
                      ("mt", "WG_C's copies as bulk copies too"), ("tm", "TMA tensor copies"),
-                     ("t2", "TMA tensor copies, WG_C's too")):
+                     ("t2", "TMA tensor copies, WG_C's too"), ("t3", "TMA tensor copies, three Kd^T buffers")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert np.array_equal(o, out["wg"][0]) and np.array_equal(s, out["wg"][1]), \
             f"07<A2>->14 ({how}) must reproduce 13 bit for bit"
@@ -131,7 +131,8 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     wb = (read("wb_o", (B, T, H, V)), read("wb_ht", (B, H, K, V)))
     for tag, label in (("w2", "13 with two staging tiles"), ("mb", "14"), ("m1b", "14 with no cluster"),
                        ("mtb", "14 with no cluster, WG_C's copies as bulk copies"), ("tmb", "14's TMA form"),
-                       ("t2b", "14's TMA form with WG_C's copies as tensor copies")):
+                       ("t2b", "14's TMA form with WG_C's copies as tensor copies"),
+                       ("t3b", "14's TMA form with three Kd^T buffers")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert np.array_equal(o, wb[0]) and np.array_equal(s, wb[1]), f"{label} (bf16 I/O) must reproduce 13 bit for bit"
 
@@ -151,7 +152,7 @@ def test_cluster_kernels_in_eager_order(harness, tmp_path):
                          capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     read = lambda name, shape: np.fromfile(tmp_path / name, np.float32).reshape(shape)  # noqa: E731
-    for tag in ("mc", "m1", "mt", "tm", "t2"):
+    for tag in ("mc", "m1", "mt", "tm", "t2", "t3"):
         for part, shape in (("o", (B, T, H, V)), ("ht", (B, H, K, V))):
             assert np.array_equal(read(f"{tag}_{part}", shape), read(f"wg_{part}", shape)), f"14 ({tag}) != 13 in eager order"
     ref_o, _ = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
@@ -339,7 +340,7 @@ def test_wgmma_family_stamps_and_generated_lines():
     for src in ("13_chunk_state_wgmma.cu", "14_chunk_state_multicast.cu"):   # WG_E's loop: 0, 1; its arithmetic: 2, 3
         loop = (ROOT / "kernels" / "delta" / src).read_text()
         assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", loop + ops))) == list(range(4)), src
-    for impl in sorted(set(fast.WG_STAMP_IMPLS) | {"bulk2", "tma", "tma2"}):
+    for impl in sorted(set(fast.WG_STAMP_IMPLS) | {"bulk2", "tma", "tma2", "tma3"}):
         assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(8))
         assert sorted({i for _, a, b in fast.PRODUCER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(4))
         assert fast.PRODUCER_WARPS[impl] == 4

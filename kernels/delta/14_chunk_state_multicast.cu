@@ -48,12 +48,25 @@
 // tensor copy per array and chunk (a box of C rows x K channels, rows past T zero-filled by the
 // copy engine) in place of 3C row copies.
 //
-// kda_chunk_state_tma (impl "tma": checked on the CPU model, bit-identical to 13 there; not yet run
-// on a GPU — `scripts/probe_delta_recurrence.py --impls wgmma tma --quick-check` is its first probe)
-// is that form: no cluster, and the tile of chunk n is three TMA tensor copies (g, k, q described as
-// (K, H, T, B) tensors by the launcher, boxes of K x 1 x C x 1) issued by one thread, the tile's
-// mbarrier told the three boxes' bytes.
-//
+// kda_chunk_state_tma is that form, in three steps (impls; each bit-identical to 13 on the CPU model,
+// and on the H200 in the probe runs' quick check):
+//  * "tma": no cluster; the tile of chunk n is three TMA tensor copies (g, k, q described as
+//    (K, H, T, B) tensors by the launcher, boxes of K x 1 x C x 1) issued by one thread, the tile's
+//    mbarrier told the three boxes' bytes. WG_C still copies its T / A2 and v by cp.async.
+//  * "tma2" (TSLOT): WG_C's copies too, as two tensor copies issued by one thread: 07's T / A2 words
+//    of the chunk (its output seen as rows of C/2 words, a box of 4C rows) and the chunk's v box
+//    (BV x 1 x C x 1). Their rows land unpadded, so both maps ask the copy engine for a swizzle (64
+//    bytes; one v row's bytes) and WG_C reads through it (kda_slot_sw): unswizzled, the slot's ldmatrix
+//    and v reads met 4- and 8-way bank conflicts (a first probe without the swizzle: Nsight Compute's
+//    shared-load bank conflicts ~30x 14 tma's, and no gain).
+//  * "tma3" (NKD = 3): the clock stamps of "tma2" show both warpgroups waiting on each other: WG_E
+//    may start chunk n only when P4 of chunk n - 2 has freed its operand buffer, which leaves it
+//    about one chain's length for its arithmetic, less than that arithmetic takes beside the chain.
+//    The buffer is two things with different lives: Kbg and Qg are done with once WG_C has built
+//    chunk n's P1 operands (during P4 of chunk n - 1), Kd^T and 2^G_L only when P4 of chunk n
+//    completes. So Kbg / Qg keep two buffers, freed right after the build (EMPTY), and Kd^T / 2^G_L
+//    get a ring of three (EMPTY_KD, freed after P4): WG_E may run a chunk further ahead, for 17 KB
+//    more shared memory (~217 KB at K = V = 128, fp32).
 // Launch: grid (V / BV, H, B), 256 threads, clusters of CL blocks along x (compile-time
 // __cluster_dims__; none for the TMA form), 13's dynamic shared memory plus four mbarriers.
 // Requires sm_90a (wgmma, stmatrix, multicast bulk copies).
@@ -62,7 +75,7 @@
 // The kernel body of every form: CL blocks per cluster, WG_C's copies as cp.async pieces, row bulk
 // copies or one bulk and one tensor copy (SLOT 0, 1, 2: kda_wg_chain), the tile as three tensor copies
 // (TMA; maps: g, k, q, and v for SLOT 2; CL = 1).
-template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA>
+template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -71,7 +84,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             int T, int H, float scale, const TmaMap* const* maps) {
     static_assert(!TMA || CL == 1, "the tensor-copy form runs without a cluster");
     static_assert(SLOT != 2 || TMA, "WG_C's tensor copies come with the tensor-copy form");
-    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2>;   // 13's layout; FULL_T, EMPTY_T and WG_C's two slots
+    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2, NKD>;   // 13's layout; FULL_T, EMPTY_T and WG_C's two slots
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
@@ -146,7 +159,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 if (e < 32) copy_in(n + 1);
                 load_beta(n + 1);
             }
-            if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2
+            if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)
             KDA_STAMP(1);
             kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);
         }
@@ -170,7 +183,8 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
     kda_mc_body<K, V, C, BV, BF, CL, BSLOT ? 1 : 0, false>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, nullptr);
 }
 
-template <int K, int V, int C, int BV, bool BF = false, bool TSLOT = false>   // TSLOT: WG_C's copies as tensor copies too
+template <int K, int V, int C, int BV, bool BF = false, bool TSLOT = false,   // TSLOT: WG_C's copies as tensor copies too
+          int NKD = 2>                                                         // NKD: Kd^T buffers (3: a ring of their own)
 __global__ void __launch_bounds__(256, 1)
 kda_chunk_state_tma(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                     const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -182,5 +196,5 @@ kda_chunk_state_tma(const typename KdaIn<BF>::T* __restrict__ q, const typename 
                     const __grid_constant__ TmaMap tv,      // TSLOT: v as (V, H, T, B), boxes of (BV, 1, C, 1),
                     const __grid_constant__ TmaMap tta) {   // and TA as rows of C/2 words, boxes of 4C rows (swizzled)
     const TmaMap* maps[5] = {&tg, &tk, &tq, &tv, &tta};
-    kda_mc_body<K, V, C, BV, BF, 1, TSLOT ? 2 : 0, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+    kda_mc_body<K, V, C, BV, BF, 1, TSLOT ? 2 : 0, true, NKD>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }

@@ -11,8 +11,10 @@
 #include "delta_io.cuh"
 #include "hopper.cuh"
 
-template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false>
-struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as one bulk copy and one tensor copy land them (14's "tma2")
+template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
+          int NKD_ = 2>
+struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
+                       // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NTH = 256;                     // WG_C (chain), WG_E (element-wise)
@@ -29,14 +31,21 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as one bulk copy an
     static constexpr int OFF_STL = OFF_STH + ST_BYTES;
     static constexpr int OFF_X = OFF_STL + ST_BYTES;    // X^T [BV][hi | lo]
     static constexpr int OFF_VP = OFF_X + BV * 128;     // V'^T [BV][hi | lo]
-    // WG_E's operand buffers (two): Kd^T [K][hi | lo], then Kbg, Qg [C][LE] fp32, 2^G_L [K]
+    // WG_E's operand buffers. NKD = 2: two, each Kd^T [K][hi | lo], then Kbg, Qg [C][LE] fp32, 2^G_L [K].
+    // NKD = 3: two Kbg, Qg buffers (KQ), then three of Kd^T and 2^G_L (KD)
+    static constexpr int NKD = NKD_;
+    static_assert(NKD == 2 || NKD == 3, "Kd^T buffers: two (with Kbg, Qg) or three (a ring of their own)");
     static constexpr int KD_BYTES = K * 128;
     static constexpr int OPB_BYTES = ((KD_BYTES + 2 * C * LE * 4 + K * 4 + 1023) / 1024) * 1024;
+    static constexpr int KQB_BYTES = ((2 * C * LE * 4 + 1023) / 1024) * 1024;
+    static constexpr int KDB_BYTES = ((KD_BYTES + K * 4 + 1023) / 1024) * 1024;
     static constexpr int OFF_OPB = OFF_VP + BV * 128;
+    static constexpr int OFF_KDR = OFF_OPB + 2 * KQB_BYTES;   // NKD = 3: the Kd^T ring after the two KQ buffers
+    static constexpr int OPS_BYTES = NKD == 2 ? 2 * OPB_BYTES : 2 * KQB_BYTES + 3 * KDB_BYTES;
     // WG_C's copy slots (two): T hi, T lo, A2 hi, A2 lo [C][LC] words, v [C][LV]
     static constexpr int TA_BYTES = 4 * C * LC * 4;
     static constexpr int SLOT_BYTES = TA_BYTES + C * LV * ESZ;
-    static constexpr int OFF_SLOT = OFF_OPB + 2 * OPB_BYTES;
+    static constexpr int OFF_SLOT = OFF_OPB + OPS_BYTES;
     static constexpr int OFF_TOT = OFF_SLOT + 2 * SLOT_BYTES;   // WG_E's half sums [2][K] (K = 64)
     static constexpr int NST = NST_;                            // staging tiles (a ring of chunks)
     static constexpr int STG_BYTES = 3 * C * K * ESZ;           // one staging tile: g, k, q [C][K] as stored
@@ -54,7 +63,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as one bulk copy an
 // WG_C's chain alone. KDA_PROBE=3: clock stamps (delta_common.cuh).
 // Named barriers (0 is __syncthreads): WG_C's own, WG_E's own, FULL + buffer (WG_E arrives, WG_C
 // syncs) and EMPTY + buffer (WG_C arrives, WG_E syncs).
-struct KdaWgBars { static constexpr int CONS = 1, PROD = 2, FULL = 3, EMPTY = 5; };
+// With three Kd^T buffers (NKD = 3) EMPTY + (n & 1) frees chunk n's Kbg / Qg buffer (WG_C has built its
+// P1 operands from it) and EMPTY_KD + n % 3 its Kd^T buffer (P4 has read it).
+struct KdaWgBars { static constexpr int CONS = 1, PROD = 2, FULL = 3, EMPTY = 5, EMPTY_KD = 7; };
 
 // Byte offset, from a 1024-aligned tile, of element `e` (of `esz` bytes) of a row-major tile that a
 // tensor copy landed with a swizzle of SW bytes (0: none): the copy engine moves the 16-byte piece at
@@ -79,10 +90,16 @@ struct KdaWgCtx {
     int tid, warp, lane, v0, h, b, H, NC;
     long long TT, bh;
     long long stamp0_;
-    __device__ __forceinline__ int opb(int n) const { return L::OFF_OPB + (n & 1) * L::OPB_BYTES; }   // buffer n & 1
-    __device__ __forceinline__ float* kb_of(int n) const { return reinterpret_cast<float*>(sm + opb(n) + L::KD_BYTES); }
+    __device__ __forceinline__ int opb(int n) const {   // chunk n's Kd^T (buffer n & 1, or n % 3 of the ring)
+        return L::NKD == 2 ? L::OFF_OPB + (n & 1) * L::OPB_BYTES : L::OFF_KDR + (n % 3) * L::KDB_BYTES;
+    }
+    __device__ __forceinline__ float* kb_of(int n) const {
+        return reinterpret_cast<float*>(sm + (L::NKD == 2 ? opb(n) + L::KD_BYTES : L::OFF_OPB + (n & 1) * L::KQB_BYTES));
+    }
     __device__ __forceinline__ float* qg_of(int n) const { return kb_of(n) + L::C * L::LE; }
-    __device__ __forceinline__ float* gl_of(int n) const { return qg_of(n) + L::C * L::LE; }
+    __device__ __forceinline__ float* gl_of(int n) const {
+        return L::NKD == 2 ? qg_of(n) + L::C * L::LE : reinterpret_cast<float*>(sm + opb(n) + L::KD_BYTES);
+    }
 };
 
 template <class L>
@@ -161,6 +178,10 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     const float bt = __shfl_sync(ATTNLAB_FULL_MASK, bl, tok0 + u);   // beta of token tok0 + u
                     kb[(tok0 + u) * LE + c] = bt * kda_widen1<BF>(xk[u]) * e1[u];
                     qgp[(tok0 + u) * LE + c] = scale * kda_widen1<BF>(xq[u]) * e1[u];
+                }
+                // NKD = 3: Kd^T and 2^G_L go to the ring, once P4 has read chunk n - 3's
+                if constexpr (L::NKD == 3) {
+                    if (n >= 3) named_bar_sync(KdaWgBars::EMPTY_KD + n % 3, L::NTH);
                 }
                 // Kd^T row c: tokens tok0 .. tok0 + TPT - 1 are 16-byte chunks tok0/8 .. (hi), 4 + that (lo)
                 unsigned char* kd = sm + opb(n) + (c / 8) * 1024 + (c % 8) * 128;
@@ -337,6 +358,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     };
     named_bar_sync(BAR_FULL + 0, L::NTH);
     build(0);
+    if (L::NKD == 3 && 2 < NC) named_bar_arrive(BAR_EMPTY + 0, L::NTH);   // chunk 0's Kbg / Qg buffer is free
     for (int n = 0; n < NC; ++n) {
         const long long t0 = (long long)n * C;
         KDA_STAMP(0);
@@ -445,13 +467,15 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         if (n + 1 < NC) {
             named_bar_sync(BAR_FULL + ((n + 1) & 1), L::NTH);
             build(n + 1);
+            if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(BAR_EMPTY + ((n + 1) & 1), L::NTH);   // its Kbg / Qg buffer is free
         }
         KDA_STAMP(5);
         wgmma_wait<0>();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
         KDA_STAMP(6);
-        if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
+        if (L::NKD == 2 && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
+        if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(KdaWgBars::EMPTY_KD + n % 3, L::NTH);   // Kd^T buffer n % 3 is free
         if (n + 1 < NC) {
             write_st();
             fence_proxy_async();

@@ -28,11 +28,12 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")),
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 multicast", "multicast", ("07", "14")),
-            ("07+14 tma", "tma", ("07", "14")), ("07+14 tma, WG_C too", "tma2", ("07", "14")))
+            ("07+14 tma", "tma", ("07", "14")), ("07+14 tma, WG_C too", "tma2", ("07", "14")),
+            ("07+14 tma, three Kd^T buffers", "tma3", ("07", "14")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
                      "07+14 bulk": "07+13", "07+14 multicast": "07+14 bulk", "07+14 tma": "07+14 bulk",
-                     "07+14 tma, WG_C too": "07+14 tma"}
+                     "07+14 tma, WG_C too": "07+14 tma", "07+14 tma, three Kd^T buffers": "07+14 tma, WG_C too"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
@@ -45,6 +46,26 @@ SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
 RECURRENT = "01 recurrent"
 FLA = "fla chunk_kda"
+
+
+def static_builds(K: int, V: int, forms=("tc", "cluster", "wgmma"), workers: int | None = None) -> pd.DataFrame:
+    """The static build (:func:`attnlab.static.static_build`: registers, spills, stack, barriers) of every
+    instantiation :func:`.kernels.static_instantiations` lists for ``forms``, each for its target
+    (:func:`.kernels.static_arch`), with the dynamic shared memory it is launched with; the compiles run
+    ``workers`` at a time (default: the CPUs, at most 8). One row per instantiation, in the list's order."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..static import static_build
+
+    def one(row):
+        source, function, args = row
+        (r,) = static_build(source, function, [args], dk.static_arch(function, "sm_90"))
+        return {**r.row(), "dynamic_smem_KiB": dk.tc_smem_bytes(function, args) / 1024}
+
+    rows = dk.static_instantiations(K, V, forms=forms)
+    with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as ex:
+        return pd.DataFrame(list(ex.map(one, rows)))
 
 
 def tc_impls(compute_capability: int | None = None) -> tuple:
@@ -339,7 +360,7 @@ PRODUCER_STAMP_PHASES = {"wgmma": (("staged chunk read, next copies issued, wait
                                    ("fence, FULL", 2, 3))}
 PRODUCER_WARPS = {"wgmma": 4}
 #: 14 runs 13's chain and WG_E arithmetic; its WG_E waits on the tile's mbarrier and the cluster's release
-for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2"):
+for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3"):
     CONSUMER_STAMP_PHASES[_mc] = CONSUMER_STAMP_PHASES["wgmma"]
     PRODUCER_STAMP_PHASES[_mc] = (("tile landed and read, (cluster released it,) next rows copied, "
                                    "wait for EMPTY", 0, 1),) + PRODUCER_STAMP_PHASES["wgmma"][1:]
@@ -409,8 +430,8 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
-#: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2")
+#: and its tensor-copy forms with WG_C's copies as tensor copies too, with two and three Kd^T buffers.
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "tma3")
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:

@@ -13,7 +13,7 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``14`` (``"bulk"``: 13 with
   the inputs fetched by bulk copies; ``"multicast"``: multicast to a cluster of the head's value blocks;
   ``"tma"``: three TMA tensor copies a chunk; ``"tma2"``: and WG_C's T / A2 and v by one bulk and one
-  tensor copy; sm_90a), → ``12`` (``"regs"``),
+  tensor copy; ``"tma3"``: and three Kd^T buffers; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -58,7 +58,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3")
 #: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
 BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -575,7 +575,8 @@ def regs_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, roles: int = 
     return lean_smem_words(K, V, BV, C) - 2 * BV * LK - 4 * BV * LC + handover
 
 
-def wgmma_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False, nst: int = 1) -> int:
+def wgmma_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False, nst: int = 1,
+                     nkd: int = 2) -> int:
     """Dynamic shared memory of ``kda_chunk_state_wgmma`` (13) in words (mirrors ``KdaWgLayout``):
     S^T hi and lo (K x BV bf16 each), X^T and V'^T (BV rows of 128 bytes); two operand buffers, each
     Kd^T (K rows of 128 bytes), Kbg and Qg (C x (K + 8) fp32) and 2^G_L (K fp32), rounded up to 1 KiB;
@@ -583,17 +584,20 @@ def wgmma_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool =
     the input type); WG_E's half sums (2K fp32); its staging tile of g, k, q (3 x C x K elements of
     the input type); and 1024 bytes to align the base of the swizzled
     tiles. The bf16-I/O path (``bf16``) stores v as bf16, so it needs a little less; ``nst``
-    staging tiles (13 with two: ``"wgmma2"``) add a tile each."""
+    staging tiles (13 with two: ``"wgmma2"``) add a tile each. With ``nkd=3`` (14's ``"tma3"``) the
+    operand buffers are two of Kbg and Qg and three of Kd^T and 2^G_L, each rounded up to 1 KiB."""
     opb = -(-(K * 128 + 2 * C * (K + 8) * 4 + K * 4) // 1024) * 1024
+    ops = 2 * opb if nkd == 2 else (2 * -(-(2 * C * (K + 8) * 4) // 1024) + 3 * -(-(K * 128 + K * 4) // 1024)) * 1024
     slot = 4 * C * (C // 2 + 4) * 4 + C * (BV + 8) * (2 if bf16 else 4)
-    bytes_ = 2 * K * BV * 2 + 2 * BV * 128 + 2 * opb + 2 * slot + 2 * K * 4 + nst * 3 * C * K * (2 if bf16 else 4)
+    bytes_ = 2 * K * BV * 2 + 2 * BV * 128 + ops + 2 * slot + 2 * K * 4 + nst * 3 * C * K * (2 if bf16 else 4)
     return (bytes_ + 1024) // 4
 
 
-def mc_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+def mc_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False, nkd: int = 2) -> int:
     """Dynamic shared memory of ``kda_chunk_state_mc`` (14) in words: 13's and four mbarriers (the
-    staging tile's full and empty, WG_C's two copy slots: ``KdaWgLayout<..., 4>``)."""
-    return wgmma_smem_words(K, V, BV, C, bf16) + 8
+    staging tile's full and empty, WG_C's two copy slots: ``KdaWgLayout<..., 4>``); ``nkd=3``: with
+    three Kd^T buffers (``"tma3"``)."""
+    return wgmma_smem_words(K, V, BV, C, bf16, nkd=nkd) + 8
 
 
 def mc_cluster(V: int, bv: int, impl: str = "multicast") -> int:
@@ -710,13 +714,15 @@ STATE_IMPLS = {
     "bulk2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "tma": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS, mc_smem_words),
     "tma2": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS, mc_smem_words),
+    "tma3": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS,
+             lambda K, V, BV, C=FUSED_CHUNK, bf16=False: mc_smem_words(K, V, BV, C, bf16, nkd=3)),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
-#: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q and v; "tma2" copies
-#: WG_C's T / A2 words and v by one bulk and one tensor copy too
-TMA_IMPLS = ("tma", "tma2")
+#: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
+#: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
+TMA_IMPLS = ("tma", "tma2", "tma3")
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS}}
@@ -729,7 +735,8 @@ STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles)
                     "wgmma": (1,), "wgmma2": (2,),   # 13's staging tiles
                     # 14's blocks per cluster (from V, bv) and whether WG_C's copies are bulk copies too
                     "bulk": (1, False), "bulk2": (1, True),
-                    "tma": (False,), "tma2": (True,),   # 14's TMA form: WG_C's copies as tensor copies too
+                    "tma": (False, 2), "tma2": (True, 2),   # 14's TMA form: WG_C's copies as tensor copies too
+                    "tma3": (True, 3),                    # ... and three Kd^T buffers
                     "multicast": lambda V, bv: (mc_cluster(V, bv), False),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"), False)}
 
@@ -841,7 +848,10 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
         return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                     nst=args[5] if len(args) > 5 else 1)
-    if function in ("kda_chunk_state_mc", "kda_chunk_state_tma"):   # (K, V, C, BV, BF[, CL, BSLOT])
+    if function == "kda_chunk_state_tma":   # (K, V, C, BV, BF[, TSLOT[, NKD]])
+        return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
+                                 nkd=args[6] if len(args) > 6 else 2)
+    if function == "kda_chunk_state_mc":   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return 4 * regs_smem_words(args[0], args[1], args[3], args[2], roles=args[5] if len(args) > 5 else 1)
@@ -910,8 +920,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                     for bf in (False, True):
                         out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
             for bf in (False, True):   # 14's TMA forms: WG_E's tile; and WG_C's copies
-                for tslot in (False, True):
-                    out.append((MC_SRC, "kda_chunk_state_tma", (K, V, FUSED_CHUNK, bv, bf, tslot)))
+                for impl in TMA_IMPLS:
+                    out.append((MC_SRC, "kda_chunk_state_tma", (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
     return out
 
 
