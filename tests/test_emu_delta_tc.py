@@ -363,3 +363,11 @@ def test_wgmma_family_stamps_and_generated_lines():
         "- 13 without input copies after chunk 0 (KDA_PROBE=4): 0.900 ms against 1.500 ms for 13 as built "
         "(+0.600 ms is what the build took away).",
         "- 14 bulk: 3.000 ms, 0.50× 13's speed (slower)."]
+    # a probe build of 14's tensor-copy form is set against that form as built, not against 13 or "14"
+    probes = pd.DataFrame(dict(implementation=["13", "14 tma, WG_C too",
+                                               "14 tma, WG_C too, without input copies after chunk 0 (KDA_PROBE=4)"],
+                               median_ms=[1.5, 1.0, 0.8]))
+    assert fast.describe_probes(probes) == [
+        "- 14 tma, WG_C too, without input copies after chunk 0 (KDA_PROBE=4): 0.800 ms against 1.000 ms for "
+        "14 tma, WG_C too as built (+0.200 ms is what the build took away).",
+        "- 14 tma, WG_C too: 1.000 ms, 1.50× 13's speed (faster)."]

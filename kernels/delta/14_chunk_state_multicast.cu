@@ -67,6 +67,10 @@
 //    completes. So Kbg / Qg keep two buffers, freed right after the build (EMPTY), and Kd^T / 2^G_L
 //    get a ring of three (EMPTY_KD, freed after P4): WG_E may run a chunk further ahead, for 17 KB
 //    more shared memory (~217 KB at K = V = 128, fp32).
+// Probe builds (scripts/probe_delta_recurrence.py, notebook 13's probe table; results meaningless), as
+// in 13: KDA_PROBE=4 copies no inputs after chunk 0 (WG_E reuses chunk 0's tile, WG_C its slots),
+// KDA_PROBE=5 idles WG_E's arithmetic (the chain alone); KDA_PROBE=3: clock stamps.
+//
 // Launch: grid (V / BV, H, B), 256 threads, clusters of CL blocks along x (compile-time
 // __cluster_dims__; none for the TMA form), 13's dynamic shared memory plus four mbarriers.
 // Requires sm_90a (wgmma, stmatrix, multicast bulk copies).
@@ -84,6 +88,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             int T, int H, float scale, const TmaMap* const* maps) {
     static_assert(!TMA || CL == 1, "the tensor-copy form runs without a cluster");
     static_assert(SLOT != 2 || TMA, "WG_C's tensor copies come with the tensor-copy form");
+    static_assert(KDA_PROBE != 5 || NKD == 2, "probe 5 hands buffers over as NKD = 2 does");
+    static_assert(KDA_PROBE != 4 || CL == 1, "probe 4 reuses the block's own tile");
     using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2, NKD>;   // 13's layout; FULL_T, EMPTY_T and WG_C's two slots
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
@@ -139,7 +145,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         load_beta(0);
         for (int n = 0; n < NC; ++n) {
             KDA_STAMP(0);
-            mbar_wait(full_t, n & 1);                                 // chunk n's tile has landed here
+            if (KDA_PROBE != 4 || n == 0) mbar_wait(full_t, n & 1);   // chunk n's tile has landed here (probe 4: chunk 0's, reused)
             TIn xg[TPT], xk[TPT], xq[TPT];
 #pragma unroll
             for (int u = 0; u < TPT; ++u) {
@@ -156,11 +162,15 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                         for (int r = 0; r < CL; ++r) mbar_arrive_cluster(empty_t, (unsigned)r);   // ... tell every block
                     if (e < 32) mbar_wait_cluster(empty_t, n & 1);    // every block has read its tile
                 }
-                if (e < 32) copy_in(n + 1);
+                if (e < 32 && KDA_PROBE != 4) copy_in(n + 1);
                 load_beta(n + 1);
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)
             KDA_STAMP(1);
+            if (KDA_PROBE == 5) {   // probe: WG_E's arithmetic idle, its hand-over kept
+                named_bar_arrive(KdaWgBars::FULL + (n & 1), L::NTH);
+                continue;
+            }
             kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);
         }
     } else {

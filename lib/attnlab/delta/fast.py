@@ -27,13 +27,11 @@ REL_ERR_BOUND = REL_ERR_TARGET
 TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("07+09", "ws", ("07", "09")),
             ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")),
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
-            ("07+14 bulk", "bulk", ("07", "14")), ("07+14 multicast", "multicast", ("07", "14")),
-            ("07+14 tma", "tma", ("07", "14")), ("07+14 tma, WG_C too", "tma2", ("07", "14")),
-            ("07+14 tma, three Kd^T buffers", "tma3", ("07", "14")))
+            ("07+14 bulk", "bulk", ("07", "14")), ("07+14 tma", "tma", ("07", "14")),
+            ("07+14 tma, WG_C too", "tma2", ("07", "14")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
-                     "07+14 bulk": "07+13", "07+14 multicast": "07+14 bulk", "07+14 tma": "07+14 bulk",
-                     "07+14 tma, WG_C too": "07+14 tma", "07+14 tma, three Kd^T buffers": "07+14 tma, WG_C too"}
+                     "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
@@ -401,13 +399,17 @@ def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: in
 
 #: Probe builds timed beside the recurrences they change (results meaningless, times telling):
 #: (label, impl, defines). 10: each side alone; 13: no input copies after chunk 0, WG_E's arithmetic idle;
-#: 14, which multicasts the inputs that KDA_PROBE=4 removes, beside them.
+#: 14's forms beside them (bulk copies, multicast, tensor copies), and the same two probes of its
+#: tensor-copy form; and that form with three Kd^T buffers (a launcher impl only: no gain in the probes).
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
                 ("13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgmma", {"KDA_PROBE": 5}),
-                ("14 bulk", "bulk", {}), ("14 bulk, WG_C too", "bulk2", {}), ("14 tma", "tma", {}),
-                ("14 tma, WG_C too", "tma2", {}))
+                ("14 bulk", "bulk", {}), ("14 bulk, WG_C too", "bulk2", {}), ("14 multicast", "multicast", {}),
+                ("14 tma", "tma", {}), ("14 tma, WG_C too", "tma2", {}),
+                ("14 tma, WG_C too, without input copies after chunk 0 (KDA_PROBE=4)", "tma2", {"KDA_PROBE": 4}),
+                ("14 tma, WG_C too, chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tma2", {"KDA_PROBE": 5}),
+                ("14 tma, three Kd^T buffers", "tma3", {}))
 
 
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
@@ -430,8 +432,8 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
-#: and its tensor-copy forms with WG_C's copies as tensor copies too, with two and three Kd^T buffers.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "tma3")
+#: and its tensor-copy form with WG_C's copies as tensor copies too.
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2")
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:
@@ -462,17 +464,19 @@ def describe_wg_phases(phases: pd.DataFrame) -> list[str]:
 
 
 def describe_probes(probes: pd.DataFrame) -> list[str]:
-    """Generated lines on :func:`probe_latency`'s table: each build against the plain recurrence it
-    changes (the label's first word: 10, 13, 14 ...), and 14 against 13."""
+    """Generated lines on :func:`probe_latency`'s table: each probe build (KDA_PROBE) against the plain
+    build of the same recurrence (:data:`PROBE_BUILDS`), and each plain build of 14 against 13."""
     ms = probes.set_index("implementation")["median_ms"]
+    impl_of = {label: impl for label, impl, _ in PROBE_BUILDS}
+    plain = {impl: label for label, impl, defines in PROBE_BUILDS if not defines}
     lines = []
     for label, t in ms.items():
-        base = label.split()[0]
-        if label != base and base in ms.index and "KDA_PROBE" in label:
+        base = plain.get(impl_of.get(label))
+        if "KDA_PROBE" in label and base in ms.index:
             lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built "
                          f"({ms[base] - t:+.3f} ms is what the build took away).")
     for label, t in ms.items():
-        if label.startswith("14") and "13" in ms.index:
+        if label.startswith("14") and "KDA_PROBE" not in label and "13" in ms.index:
             r = ms["13"] / t
             lines.append(f"- {label}: {t:.3f} ms, {r:.2f}× 13's speed ({'faster' if r > 1 else 'slower'}).")
     return lines
