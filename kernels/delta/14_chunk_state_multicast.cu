@@ -66,7 +66,13 @@
 //    chunk n's P1 operands (during P4 of chunk n - 1), Kd^T and 2^G_L only when P4 of chunk n
 //    completes. So Kbg / Qg keep two buffers, freed right after the build (EMPTY), and Kd^T / 2^G_L
 //    get a ring of three (EMPTY_KD, freed after P4): WG_E may run a chunk further ahead, for 17 KB
-//    more shared memory (~217 KB at K = V = 128, fp32).
+//    more shared memory (~217 KB at K = V = 128, fp32). Probe runs (not recorded) found no gain: the
+//    chunk period stayed where it was, so what WG_E waits for before its arithmetic is not its buffer.
+//    "tma3" stays a launcher impl, out of notebook 13.
+// Notebook 13's recording (at 75abcbe) times "tma" and "tma2" in the ladder, their clock stamps, and
+// "tma2"'s probe builds 4 (no input copies after chunk 0) and 5 (the chain alone): with the copies
+// gone the recurrence gains little, with WG_E's arithmetic idle it gains much more, so what sets the
+// chunk period now is the chain itself and the element-wise warpgroup working beside it.
 // Probe builds (scripts/probe_delta_recurrence.py, notebook 13's probe table; results meaningless), as
 // in 13: KDA_PROBE=4 copies no inputs after chunk 0 (WG_E reuses chunk 0's tile, WG_C its slots),
 // KDA_PROBE=5 idles WG_E's arithmetic (the chain alone); KDA_PROBE=3: clock stamps.

@@ -398,18 +398,16 @@ def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: in
 
 
 #: Probe builds timed beside the recurrences they change (results meaningless, times telling):
-#: (label, impl, defines). 10: each side alone; 13: no input copies after chunk 0, WG_E's arithmetic idle;
-#: 14's forms beside them (bulk copies, multicast, tensor copies), and the same two probes of its
-#: tensor-copy form; and that form with three Kd^T buffers (a launcher impl only: no gain in the probes).
+#: (label, impl, defines; every impl one of :data:`TC_IMPLS`). 10: each side alone; 13: no input copies
+#: after chunk 0, WG_E's arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor
+#: copies), and the same two probes of its tensor-copy form.
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
                 ("13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgmma", {"KDA_PROBE": 5}),
-                ("14 bulk", "bulk", {}), ("14 bulk, WG_C too", "bulk2", {}), ("14 multicast", "multicast", {}),
-                ("14 tma", "tma", {}), ("14 tma, WG_C too", "tma2", {}),
+                ("14 bulk", "bulk", {}), ("14 tma", "tma", {}), ("14 tma, WG_C too", "tma2", {}),
                 ("14 tma, WG_C too, without input copies after chunk 0 (KDA_PROBE=4)", "tma2", {"KDA_PROBE": 4}),
-                ("14 tma, WG_C too, chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tma2", {"KDA_PROBE": 5}),
-                ("14 tma, three Kd^T buffers", "tma3", {}))
+                ("14 tma, WG_C too, chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tma2", {"KDA_PROBE": 5}))
 
 
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
