@@ -86,8 +86,11 @@ def summarise(csv_text: str, top: int = 40) -> str:
 
     import pandas as pd
 
+    lines = csv_text.splitlines()
+    if lines and lines[0].startswith('"Kernel Name"'):   # newer ncu: the kernel's name on a line of its own first
+        csv_text = "\n".join(lines[1:])
     try:
-        df = pd.read_csv(io.StringIO(csv_text))
+        df = pd.read_csv(io.StringIO(csv_text), thousands=",")
     except Exception as exc:  # noqa: BLE001 — a probe reports and goes on
         return f"could not parse the source CSV: {exc}"
     cols = list(df.columns)

@@ -197,7 +197,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.ptx
         assert "cp.async.cg.shared.global" in r.ptx
         assert "cvt.rna.tf32" not in r.ptx, "the TF32 split should round with integer ops, not conversions"
-    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma"):
+    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -213,8 +213,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster" in r.ptx
         assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
         assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx and ".reqnctapercluster" in r.ptx
-    elif function == "kda_chunk_state_tma":
-        # 14's TMA form: a 4-D tensor copy per array and chunk, no cluster, no row copies
+    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet"):
+        # 14's TMA form (and 15's): a 4-D tensor copy per array and chunk, no cluster, no row copies
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert "multicast" not in r.ptx and ".reqnctapercluster" not in r.ptx
     elif function == "kda_chunk_state_mc":
@@ -673,3 +673,17 @@ def test_static_builds_table_follows_the_instantiation_list(monkeypatch):
     assert list(t["kernel"]) == [f"{f}<{','.join(map(str, a))}>" for _, f, a in rows]
     assert list(t["arch"]) == [dk.static_arch(f, "sm_90") for _, f, _ in rows]
     assert list(t["dynamic_smem_KiB"]) == [dk.tc_smem_bytes(f, a) / 1024 for _, f, a in rows]
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is needed for the static build")
+def test_15_has_half_the_exponentials_of_14():
+    """15's element-wise warpgroup takes one exp2 per element where 14's takes two (2^G and 2^(G_L - G)),
+    and no shuffle for beta: counted in the PTX of the same instantiation."""
+    from attnlab.static import static_build
+
+    args = (128, 128, dk.FUSED_CHUNK, 32, False)
+    (r14,) = static_build(dk.MC_SRC, "kda_chunk_state_tma", [args + (True, 2)], "sm_90a")
+    (r15,) = static_build(dk.DIET_SRC, "kda_chunk_state_diet", [args], "sm_90a")
+    ex14, ex15 = r14.ptx.count("ex2.approx"), r15.ptx.count("ex2.approx")
+    assert ex14 >= 64 and ex15 <= ex14 // 2 + 2, (ex14, ex15)
+    assert "shfl.sync" in r14.ptx and r15.ptx.count("shfl.sync") < r14.ptx.count("shfl.sync")

@@ -12,15 +12,17 @@
 #include "hopper.cuh"
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
-          int NKD_ = 2>
+          int NKD_ = 2, bool DIET_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
+                       // DIET_: WG_E's operands from one exp2 per element and no beta (15)
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NTH = 256;                     // WG_C (chain), WG_E (element-wise)
     static constexpr int MT = K / 64;                   // m64 tiles of the state (rows = channels)
     static constexpr int LE = K + 8;                    // floats per Kbg / Qg row
     static constexpr bool DENSE = DENSE_;
+    static constexpr bool DIET = DIET_;                   // 15: WG_E's operands with fewer instructions
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
@@ -148,6 +150,11 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
     auto kb_of = [&](int m) { return cx.kb_of(m); };
     auto qg_of = [&](int m) { return cx.qg_of(m); };
     auto gl_of = [&](int m) { return cx.gl_of(m); };
+                float* const kb = kb_of(n);
+                float* const qgp = qg_of(n);
+                float e1[TPT], gl2;                    // 2^G of each token, 2^G_L
+                unsigned kdh[TPT / 2], kdl[TPT / 2];
+                if constexpr (!L::DIET) {
                 float G[TPT];
                 float run = 0.f;
     #pragma unroll
@@ -160,10 +167,6 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     gl = sTot[c] + sTot[K + c];
                     named_bar_sync(BAR_PROD, 128);   // both read before the next chunk's sums overwrite
                 }
-                float* const kb = kb_of(n);
-                float* const qgp = qg_of(n);
-                float e1[TPT];
-                unsigned kdh[TPT / 2], kdl[TPT / 2];
     #pragma unroll
                 for (int u = 0; u < TPT; u += 2) {
                     const float G0 = G[u] + off, G1 = G[u + 1] + off;
@@ -173,11 +176,48 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     const float kd1 = kda_widen1<BF>(xk[u + 1]) * fast_exp2(gl - G1);
                     split_bf16x2(kd0, kd1, kdh[u / 2], kdl[u / 2]);
                 }
+                gl2 = fast_exp2(gl);
     #pragma unroll
                 for (int u = 0; u < TPT; ++u) {
                     const float bt = __shfl_sync(ATTNLAB_FULL_MASK, bl, tok0 + u);   // beta of token tok0 + u
                     kb[(tok0 + u) * LE + c] = bt * kda_widen1<BF>(xk[u]) * e1[u];
                     qgp[(tok0 + u) * LE + c] = scale * kda_widen1<BF>(xq[u]) * e1[u];
+                }
+                } else {
+                // DIET (15): one exp2 per element, 2^g_u; 2^G_u and 2^(G_L - G_u) are its running products
+                // forward and backward (every factor <= 1: no overflow; an underflow to 0 stands for a
+                // true value below 2^-126). No beta here: WG_C applies it to X's rows (X = beta (v - Kg S)).
+                (void)bl;
+                float xe[TPT];
+    #pragma unroll
+                for (int u = 0; u < TPT; ++u) xe[u] = fast_exp2(kda_widen1<BF>(xg[u]) * KDA_LOG2E);
+                float run = 1.f;
+    #pragma unroll
+                for (int u = 0; u < TPT; ++u) { run *= xe[u]; e1[u] = run; }
+                float pre = 1.f, suf = 1.f;
+                gl2 = run;
+                if constexpr (L::TPC == 2) {   // K = 64: two threads per channel, 16 tokens each
+                    sTot[part * K + c] = run;
+                    named_bar_sync(BAR_PROD, 128);
+                    pre = part ? sTot[c] : 1.f;          // the first half's product scales the second half's 2^G
+                    suf = part ? 1.f : sTot[K + c];      // the second half's product scales the first half's 2^(G_L - G)
+                    gl2 = sTot[c] * sTot[K + c];
+                    named_bar_sync(BAR_PROD, 128);   // both read before the next chunk's products overwrite
+                }
+                float ed[TPT];
+    #pragma unroll
+                for (int u = TPT - 1; u >= 0; --u) { ed[u] = suf; suf *= xe[u]; }
+    #pragma unroll
+                for (int u = 0; u < TPT; u += 2) {
+                    e1[u] *= pre;
+                    e1[u + 1] *= pre;
+                    split_bf16x2(kda_widen1<BF>(xk[u]) * ed[u], kda_widen1<BF>(xk[u + 1]) * ed[u + 1], kdh[u / 2], kdl[u / 2]);
+                }
+    #pragma unroll
+                for (int u = 0; u < TPT; ++u) {
+                    kb[(tok0 + u) * LE + c] = kda_widen1<BF>(xk[u]) * e1[u];
+                    qgp[(tok0 + u) * LE + c] = scale * kda_widen1<BF>(xq[u]) * e1[u];
+                }
                 }
                 // NKD = 3: Kd^T and 2^G_L go to the ring, once P4 has read chunk n - 3's
                 if constexpr (L::NKD == 3) {
@@ -193,7 +233,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     *reinterpret_cast<U4*>(kd + (((4 + ch) ^ (c % 8)) * 16)) =
                         U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]};
                 }
-                if (part == 0) gl_of(n)[c] = fast_exp2(gl);
+                if (part == 0) gl_of(n)[c] = gl2;
                 KDA_STAMP(2);
                 fence_proxy_async();                                      // Kd^T is read by wgmma
                 named_bar_arrive(BAR_FULL + (n & 1), L::NTH);            // buffer n & 1 holds chunk n
@@ -411,8 +451,13 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             for (int j = 0; j < NJ; ++j) {
                 const float2 vv = kda_ld2<BF>(sv + kda_slot_sw<SLOT == 2 ? BV * (int)sizeof(TIn) : 0>(
                                                        i * LV + 8 * j + 2 * t4, (int)sizeof(TIn)) / (int)sizeof(TIn));
-                x[2 * j] = beta_i * vv.x - p1[4 * j];
-                x[2 * j + 1] = beta_i * vv.y - p1[4 * j + 1];
+                if constexpr (L::DIET) {   // P1's rows are Kg S (15: WG_E leaves beta to this row)
+                    x[2 * j] = beta_i * (vv.x - p1[4 * j]);
+                    x[2 * j + 1] = beta_i * (vv.y - p1[4 * j + 1]);
+                } else {
+                    x[2 * j] = beta_i * vv.x - p1[4 * j];
+                    x[2 * j + 1] = beta_i * vv.y - p1[4 * j + 1];
+                }
                 ob[2 * j] = p1[4 * j + 2];
                 ob[2 * j + 1] = p1[4 * j + 3];
             }

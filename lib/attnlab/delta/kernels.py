@@ -13,7 +13,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (``"wgmma"``: warpgroup MMAs, sm_90a only, after 07 with its A2 output), → ``14`` (``"bulk"``: 13 with
   the inputs fetched by bulk copies; ``"multicast"``: multicast to a cluster of the head's value blocks;
   ``"tma"``: three TMA tensor copies a chunk; ``"tma2"``: and WG_C's T / A2 and v by one bulk and one
-  tensor copy; ``"tma3"``: and three Kd^T buffers; sm_90a), → ``12`` (``"regs"``),
+  tensor copy; ``"tma3"``: and three Kd^T buffers; sm_90a), → ``15`` (``"diet"``: 14 ``"tma2"`` with
+  the element-wise warpgroup on fewer instructions; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -58,7 +59,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet")
 #: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
 BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -116,11 +117,15 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "recurrence on warpgroup MMAs, inputs multicast (sm_90a)", 90,
                 "13 with a head's value blocks as one cluster: each q, k, g row of a chunk is one bulk copy from L2, "
                 "multicast into every block's staging tile and completed on an mbarrier"),
+    DeltaKernel("15", "delta/15_chunk_state_diet.cu", "kda_chunk_state_diet", "tc",
+                "recurrence on warpgroup MMAs, element-wise warpgroup on fewer instructions (sm_90a)", 90,
+                "14's tensor-copy form with one exp2 per element (2^G and 2^(G_L - G) as running products of "
+                "2^g) and beta applied by the chain warpgroup: WG_E's instruction stream set the chunk period"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
@@ -716,13 +721,14 @@ STATE_IMPLS = {
     "tma2": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS, mc_smem_words),
     "tma3": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS,
              lambda K, V, BV, C=FUSED_CHUNK, bf16=False: mc_smem_words(K, V, BV, C, bf16, nkd=3)),
+    "diet": (DIET_SRC, "kda_chunk_state_diet", WGMMA_THREADS, mc_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
 #: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
-TMA_IMPLS = ("tma", "tma2", "tma3")
+TMA_IMPLS = ("tma", "tma2", "tma3", "diet")   # diet: 15, 14 "tma2" with WG_E on fewer instructions
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS}}
@@ -851,6 +857,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_state_tma":   # (K, V, C, BV, BF[, TSLOT[, NKD]])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                  nkd=args[6] if len(args) > 6 else 2)
+    if function == "kda_chunk_state_diet":   # (K, V, C, BV, BF)
+        return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_mc":   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
@@ -921,13 +929,14 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                         out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
             for bf in (False, True):   # 14's TMA forms: WG_E's tile; and WG_C's copies
                 for impl in TMA_IMPLS:
-                    out.append((MC_SRC, "kda_chunk_state_tma", (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
+                    src, fn = STATE_IMPLS[impl][:2]
+                    out.append((src, fn, (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
     return out
 
 
 def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
-    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma"):
+    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet"):
         return WGMMA_ARCH
     return arch
