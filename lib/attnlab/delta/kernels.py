@@ -857,9 +857,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_state_tma":   # (K, V, C, BV, BF[, TSLOT[, NKD]])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                  nkd=args[6] if len(args) > 6 else 2)
-    if function == "kda_chunk_state_diet":   # (K, V, C, BV, BF)
-        return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
-    if function == "kda_chunk_state_mc":   # (K, V, C, BV, BF[, CL, BSLOT])
+    if function in ("kda_chunk_state_mc", "kda_chunk_state_diet"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return 4 * regs_smem_words(args[0], args[1], args[3], args[2], roles=args[5] if len(args) > 5 else 1)
