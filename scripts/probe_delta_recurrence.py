@@ -92,7 +92,7 @@ def correctness(target_T: int, impls=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def quick_check(impls) -> pd.DataFrame:
+def quick_check(impls, builds=()) -> pd.DataFrame:
     """One edge case (B=2, T=333: a chunk tail, H=3, K=V=128, an initial state) per impl at bv=32, fp32
     and bf16 I/O: its error against the float64 recurrence and whether it reproduces 13 ("wgmma") bit
     for bit — the cheap check a probe of a 13-family variant makes before it is timed."""
@@ -103,13 +103,16 @@ def quick_check(impls) -> pd.DataFrame:
         if x is None:
             continue
         outs = {}
-        for impl in ["wgmma", *[i for i in impls if i != "wgmma"]]:
+        runs = [(i, None) for i in ["wgmma", *[i for i in impls if i != "wgmma"]]] + list(builds)
+        for impl, defines in runs:
             if io == "fp32" and impl in dk.BF16_ONLY_IMPLS:
                 continue
-            p = dk.prepare_tc(**x, output_final_state=True, bv=32, check_gate=False, impl=impl)
+            p = dk.prepare_tc(**x, output_final_state=True, bv=32, check_gate=False, impl=impl, defines=defines)
             p.poison()
             o, s = p.run()
             o = o.float().cpu().numpy() if hasattr(o, "cpu") else o.get()
+            if defines:
+                impl = f"{impl} " + ",".join(f"{k_}={v_}" for k_, v_ in defines.items())
             outs[impl] = (o, s.get())
             rows.append(dict(impl=impl, io=io, rel_err_o=rel_error(o, ref[0]), rel_err_state=rel_error(outs[impl][1], ref[1]),
                              bitwise_eq_13=all(np.array_equal(a, b) for a, b in zip(outs[impl], outs["wgmma"]))))
@@ -117,7 +120,8 @@ def quick_check(impls) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = True, B: int = 2) -> pd.DataFrame:
+def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = True, B: int = 2,
+            builds=()) -> pd.DataFrame:
     H, K, V = 16, 128, 128
     rows = []
     chunk_kda = db.fla_functions()[0] if with_fla else None
@@ -141,13 +145,25 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
                     rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}, bf16 I/O",
                                           config=f"BV={p.bv}", T=T))
                     del p
-            del tb
+        for impl, defines in builds:   # --build: a recurrence built with other macros, timed as its plain build is
+            label = f"{impl} " + ",".join(f"{k_}={v_}" for k_, v_ in defines.items())
+            for io, x in (("fp32", d), ("bf16", tb)):
+                if x is None:
+                    continue
+                p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines)
+                sfx = ", bf16 I/O" if io == "bf16" else ""
+                rows.append(db._timed(p.run, budget, implementation=f"07 + {label}{sfx}", config=f"BV={p.bv}", T=T))
+                if io == "fp32":
+                    rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
+                                          implementation=f"{label} recurrence alone", config=f"BV={p.bv}", T=T))
+                del p
         for label, (impl, defines) in PROBES.items():
             if not probes or (impls is not None and impl not in impls):
                 continue
             p = dk.prepare_tc(**d, check_gate=False, impl=impl, defines=defines)
             rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget, implementation=label, config=f"BV={p.bv}", T=T))
             del p
+        del tb
         if chunk_kda is not None:
             import torch
 
@@ -236,7 +252,10 @@ def main() -> None:
     ap.add_argument("--stages-only", action="store_true", help="only 07 and 10 alone, fp32 and bf16 I/O (and --ncu)")
     ap.add_argument("--quick-check", action="store_true",
                     help="in place of the correctness grid: one edge case per impl against float64 and against 13")
+    ap.add_argument("--build", nargs=2, action="append", default=[], metavar=("IMPL", "KEY=VAL[,KEY=VAL]"),
+                    help="also check and time IMPL built with these macros (e.g. diet3 KDA_P1_CHAINS=3)")
     a = ap.parse_args()
+    builds = [(i, {kv.split("=")[0]: int(kv.split("=")[1]) for kv in spec.split(",")}) for i, spec in a.build]
     out = Path(a.out)
     pd.set_option("display.width", 220)
     if a.stages_only:
@@ -244,7 +263,7 @@ def main() -> None:
         st.to_csv(out / "stage_latency.csv", index=False)
         print(st.to_string(), flush=True)
     if a.quick_check:
-        qc = quick_check(a.impls or list(dk.STATE_IMPLS))
+        qc = quick_check(a.impls or list(dk.STATE_IMPLS), builds)
         qc.to_csv(out / "quick_check.csv", index=False)
         print(qc.to_string(), flush=True)
     elif not a.skip_correctness and not a.stages_only and not a.phases_only:
@@ -259,9 +278,16 @@ def main() -> None:
                 ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096, impl=impl)
                 ph.to_csv(out / f"state_phases_{impl}.csv", index=False)
                 print(impl, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
+            for impl, defines in builds:
+                if defines.get("KDA_PROBE"):
+                    continue
+                tag = "_".join(f"{k_}{v_}" for k_, v_ in defines.items())
+                ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096, impl=impl, defines=defines)
+                ph.to_csv(out / f"state_phases_{impl}_{tag}.csv", index=False)
+                print(impl, defines, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
         if a.phases_only:
             return
-        lat = latency(a.T, a.budget, not a.no_fla, a.impls, probes=not a.no_probes, B=a.B)
+        lat = latency(a.T, a.budget, not a.no_fla, a.impls, probes=not a.no_probes, B=a.B, builds=builds)
         lat.to_csv(out / "state_latency.csv", index=False)
         print(lat.to_string(), flush=True)
     if a.ncu:

@@ -14,6 +14,7 @@ arithmetic, different schedules).
 from __future__ import annotations
 
 import shutil
+import os
 import subprocess
 from pathlib import Path
 
@@ -67,6 +68,7 @@ def harness(tmp_path_factory):
             exe = out / f"harness_06_{K}_{V}_{BV}"
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(ROOT / "tests/ladder_emu/ladder_emu.h"),
                    "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_BV={BV}",
+                   *os.environ.get("ATTNLAB_EMU_DEFINES", "").split(),   # e.g. "-DKDA_P1_CHAINS=3": a probe build's variant
                    str(ROOT / "tests/delta_emu/harness_06.cpp"), "-o", str(exe)]
             res = emu_build.run(cmd)
             assert res.returncode == 0, f"build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
@@ -111,6 +113,10 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert np.array_equal(o, out["wg"][0]) and np.array_equal(s, out["wg"][1]), \
             f"07<A2>->14 ({how}) must reproduce 13 bit for bit"
+    # 15 with three Kd^T buffers: 15's arithmetic, buffered differently
+    o, s = read("d3_o", (B, T, H, V)), read("d3_ht", (B, H, K, V))
+    assert np.array_equal(o, out["dt"][0]) and np.array_equal(s, out["dt"][1]), \
+        "07<A2>->15 with three Kd^T buffers must reproduce 15 bit for bit"
     # 12 with two roles runs 12's arithmetic, operation for operation, split over two warps
     assert np.array_equal(out["r2"][0], out["rg"][0]) and np.array_equal(out["r2"][1], out["rg"][1]), \
         "12 with two consumer roles must reproduce 12 bit for bit"

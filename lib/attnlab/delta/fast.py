@@ -358,7 +358,7 @@ PRODUCER_STAMP_PHASES = {"wgmma": (("staged chunk read, next copies issued, wait
                                    ("fence, FULL", 2, 3))}
 PRODUCER_WARPS = {"wgmma": 4}
 #: 14 runs 13's chain and WG_E arithmetic; its WG_E waits on the tile's mbarrier and the cluster's release
-for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet"):
+for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet", "diet3"):
     CONSUMER_STAMP_PHASES[_mc] = CONSUMER_STAMP_PHASES["wgmma"]
     PRODUCER_STAMP_PHASES[_mc] = (("tile landed and read, (cluster released it,) next rows copied, "
                                    "wait for EMPTY", 0, 1),) + PRODUCER_STAMP_PHASES["wgmma"][1:]
@@ -366,18 +366,18 @@ for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet"):
 
 
 def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: int = 8,
-                 impl: str = BEST_IMPL) -> pd.DataFrame:
+                 impl: str = BEST_IMPL, defines: dict | None = None) -> pd.DataFrame:
     """Median SM cycles of every phase of a recurrence kernel (10 by default; ``impl`` any key of
     :data:`CONSUMER_STAMP_PHASES`) per warp role, over chunks skip..STAMP_CHUNKS-1 of block (0, 0, 0)
     (the first chunks fill the pipeline), with the chunk period (stamp 0 to stamp 0 of the next chunk).
-    One tidy row per (role, warp, phase)."""
+    ``defines``: more macros for the build (a probe's variant). One tidy row per (role, warp, phase)."""
     if impl not in CONSUMER_STAMP_PHASES:
         raise ValueError(f"phase_cycles times impl {' or '.join(map(repr, CONSUMER_STAMP_PHASES))}, got {impl!r}")
     _, d = device_inputs(B, T, H, K, V, seed=seed)
     if -(-T // dk.FUSED_CHUNK) < STAMP_CHUNKS:
         raise ValueError(f"phase_cycles needs T >= {STAMP_CHUNKS * dk.FUSED_CHUNK} (stamps of "
                          f"{STAMP_CHUNKS} chunks), got {T}")
-    plan = dk.prepare_tc(**d, check_gate=False, impl=impl, output_final_state=True, defines={"KDA_PROBE": 3, "KDA_NSTAMP": STAMP_CHUNKS})
+    plan = dk.prepare_tc(**d, check_gate=False, impl=impl, output_final_state=True, defines={**(defines or {}), "KDA_PROBE": 3, "KDA_NSTAMP": STAMP_CHUNKS})
     plan.run()   # compile and warm up
     plan.run()
     n_warps = plan.launch_configs()["state"]["block"][0] // 32
