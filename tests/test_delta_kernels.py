@@ -271,7 +271,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'diet3' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -633,7 +633,7 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2"}   # 11, 13, 14: clusters, wgmma, bulk and tensor copies
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet"}   # 11, 13, 14, 15: clusters, wgmma, bulk and tensor copies
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
     assert {x[1] for x in fast.bf16_io_impls(80)} == {fast.BEST_IMPL}
@@ -683,7 +683,7 @@ def test_15_has_half_the_exponentials_of_14():
 
     args = (128, 128, dk.FUSED_CHUNK, 32, False)
     (r14,) = static_build(dk.MC_SRC, "kda_chunk_state_tma", [args + (True, 2)], "sm_90a")
-    (r15,) = static_build(dk.DIET_SRC, "kda_chunk_state_diet", [args + (2,)], "sm_90a")
+    (r15,) = static_build(dk.DIET_SRC, "kda_chunk_state_diet", [args], "sm_90a")
     ex14, ex15 = r14.ptx.count("ex2.approx"), r15.ptx.count("ex2.approx")
     assert ex14 >= 64 and ex15 <= ex14 // 2 + 2, (ex14, ex15)
     assert "shfl.sync" in r14.ptx and r15.ptx.count("shfl.sync") < r14.ptx.count("shfl.sync")

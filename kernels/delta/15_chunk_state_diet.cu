@@ -23,7 +23,7 @@
 // 07's output as for 14 "tma2". Requires sm_90a.
 #include "14_chunk_state_multicast.cu"
 
-template <int K, int V, int C, int BV, bool BF = false, int NKD = 2>   // NKD: Kd^T buffers (3: a ring of their own)
+template <int K, int V, int C, int BV, bool BF = false>
 __global__ void __launch_bounds__(256, 1)
 kda_chunk_state_diet(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                      const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -35,5 +35,5 @@ kda_chunk_state_diet(const typename KdaIn<BF>::T* __restrict__ q, const typename
                      const __grid_constant__ TmaMap tv,      // v as (V, H, T, B), boxes of (BV, 1, C, 1), swizzled
                      const __grid_constant__ TmaMap tta) {   // 07's output as rows of C/2 words, boxes of 4C rows
     const TmaMap* maps[5] = {&tg, &tk, &tq, &tv, &tta};
-    kda_mc_body<K, V, C, BV, BF, 1, 2, true, NKD, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }

@@ -67,9 +67,6 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
 // syncs) and EMPTY + buffer (WG_C arrives, WG_E syncs).
 // With three Kd^T buffers (NKD = 3) EMPTY + (n & 1) frees chunk n's Kbg / Qg buffer (WG_C has built its
 // P1 operands from it) and EMPTY_KD + n % 3 its Kd^T buffer (P4 has read it).
-#ifndef KDA_P1_CHAINS
-#define KDA_P1_CHAINS 1
-#endif
 struct KdaWgBars { static constexpr int CONS = 1, PROD = 2, FULL = 3, EMPTY = 5, EMPTY_KD = 7; };
 
 // Byte offset, from a 1024-aligned tile, of element `e` (of `esz` bytes) of a row-major tile that a
@@ -265,8 +262,6 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     using TIn = typename KdaIn<BF>::T;
     constexpr int MT = L::MT, NJ = BV / 8, KS = K / 16, LE = L::LE, LC = L::LC, LV = L::LV;
     constexpr int BAR_CONS = KdaWgBars::CONS, BAR_FULL = KdaWgBars::FULL, BAR_EMPTY = KdaWgBars::EMPTY;
-    constexpr int P1N = L::DIET ? KDA_P1_CHAINS : 1;   // P1's independent accumulator chains (15: KDA_P1_CHAINS)
-    static_assert(P1N >= 1 && P1N <= 3, "P1 runs as 1, 2 or 3 accumulator chains");
     const int tid = cx.tid, warp = cx.warp, lane = cx.lane, g8 = lane / 4, t4 = lane % 4;
     const int v0 = cx.v0, h = cx.h, b = cx.b, H = cx.H, NC = cx.NC;
     const long long TT = cx.TT, bh = cx.bh, stamp0_ = cx.stamp0_;
@@ -423,26 +418,14 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             }
         }
         // ------------------------------------------------ P1: [Kbg S; Ob] = [Kbg; Qg] S
-        float p1[BV / 2], p1b[BV / 2], p1c[BV / 2];   // P1N > 1: the other chains' accumulators
-        (void)p1b; (void)p1c;
+        float p1[BV / 2];
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < KS; ++s) {
             const unsigned off = (s / 4) * (BV * 128) + 32 * (s % 4);
-            if constexpr (P1N == 3) {          // one chain per term
-                wgmma_rs_kb<BV, true>(p1, al[s], desc(sth_a + off), s > 0);
-                wgmma_rs_kb<BV, true>(p1b, ah[s], desc(stl_a + off), s > 0);
-                wgmma_rs_kb<BV, true>(p1c, ah[s], desc(sth_a + off), s > 0);
-            } else if constexpr (P1N == 2) {   // even and odd k steps
-                float (&acc)[BV / 2] = s % 2 ? p1b : p1;
-                wgmma_rs_kb<BV, true>(acc, al[s], desc(sth_a + off), s > 1);
-                wgmma_rs_kb<BV, true>(acc, ah[s], desc(stl_a + off), 1);
-                wgmma_rs_kb<BV, true>(acc, ah[s], desc(sth_a + off), 1);
-            } else {
-                wgmma_rs_kb<BV, true>(p1, al[s], desc(sth_a + off), s > 0);
-                wgmma_rs_kb<BV, true>(p1, ah[s], desc(stl_a + off), 1);
-                wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), 1);
-            }
+            wgmma_rs_kb<BV, true>(p1, al[s], desc(sth_a + off), s > 0);
+            wgmma_rs_kb<BV, true>(p1, ah[s], desc(stl_a + off), 1);
+            wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), 1);
         }
         wgmma_commit();
         // while P1 runs: this chunk's P2 A rows (warp's tokens: T rows at g8, A2 rows at g8 + 8)
@@ -459,16 +442,6 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
         wgmma_wait<0>();
         fence_regs(p1);
-        if constexpr (P1N > 1) {
-            fence_regs(p1b);
-#pragma unroll
-            for (int x = 0; x < BV / 2; ++x) p1[x] += p1b[x];
-        }
-        if constexpr (P1N == 3) {
-            fence_regs(p1c);
-#pragma unroll
-            for (int x = 0; x < BV / 2; ++x) p1[x] += p1c[x];
-        }
         KDA_STAMP(1);
         // X = beta v - Kbg S (rows g8: token i), Ob = Qg S (rows g8 + 8)
         float x[BV / 4], ob[BV / 4];

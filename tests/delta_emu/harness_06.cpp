@@ -252,19 +252,6 @@ int main(int argc, char** argv) {
     }
     write_f32(dir + "/dt_o", o9);
     write_f32(dir + "/dt_ht", ht10);
-    // ... and three Kd^T buffers (15's "diet3")
-    std::fill(o9.begin(), o9.end(), nan);
-    std::fill(ht10.begin(), ht10.end(), nan);
-    {
-        const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
-        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LM3::NTH, (size_t)LM3::SMEM_BYTES, [&] {
-            kda_chunk_state_diet<K, V, C, BV, false, 3>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
-                                                        has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
-                                                        mg, mk, mq, mv, tamap(ta2.data()));
-        });
-    }
-    write_f32(dir + "/d3_o", o9);
-    write_f32(dir + "/d3_ht", ht10);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {

@@ -28,7 +28,7 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+10", "lean", ("07", "10")), ("07+11", "cluster", ("07", "11")), ("07+12", "regs", ("07", "12")),
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 tma", "tma", ("07", "14")),
-            ("07+14 tma, WG_C too", "tma2", ("07", "14")))
+            ("07+14 tma, WG_C too", "tma2", ("07", "14")), ("07+15", "diet", ("07", "15")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
                      "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma"}
@@ -38,7 +38,7 @@ BEST_IMPL = "lean"
 BF16_IO = "07+10 bf16 I/O"
 BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")),
                  ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")),
-                 ("07+14 tma, WG_C too bf16 I/O", "tma2", ("07", "14")))
+                 ("07+15 bf16 I/O", "diet", ("07", "15")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -358,7 +358,7 @@ PRODUCER_STAMP_PHASES = {"wgmma": (("staged chunk read, next copies issued, wait
                                    ("fence, FULL", 2, 3))}
 PRODUCER_WARPS = {"wgmma": 4}
 #: 14 runs 13's chain and WG_E arithmetic; its WG_E waits on the tile's mbarrier and the cluster's release
-for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet", "diet3"):
+for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet"):
     CONSUMER_STAMP_PHASES[_mc] = CONSUMER_STAMP_PHASES["wgmma"]
     PRODUCER_STAMP_PHASES[_mc] = (("tile landed and read, (cluster released it,) next rows copied, "
                                    "wait for EMPTY", 0, 1),) + PRODUCER_STAMP_PHASES["wgmma"][1:]
@@ -407,7 +407,8 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("13 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgmma", {"KDA_PROBE": 5}),
                 ("14 bulk", "bulk", {}), ("14 tma", "tma", {}), ("14 tma, WG_C too", "tma2", {}),
                 ("14 tma, WG_C too, without input copies after chunk 0 (KDA_PROBE=4)", "tma2", {"KDA_PROBE": 4}),
-                ("14 tma, WG_C too, chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tma2", {"KDA_PROBE": 5}))
+                ("14 tma, WG_C too, chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tma2", {"KDA_PROBE": 5}),
+                ("15", "diet", {}), ("15 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "diet", {"KDA_PROBE": 5}))
 
 
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
@@ -431,7 +432,7 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
 #: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2")
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet")
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:

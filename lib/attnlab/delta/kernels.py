@@ -59,7 +59,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet", "diet3")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet")
 #: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
 BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -722,15 +722,13 @@ STATE_IMPLS = {
     "tma3": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS,
              lambda K, V, BV, C=FUSED_CHUNK, bf16=False: mc_smem_words(K, V, BV, C, bf16, nkd=3)),
     "diet": (DIET_SRC, "kda_chunk_state_diet", WGMMA_THREADS, mc_smem_words),
-    "diet3": (DIET_SRC, "kda_chunk_state_diet", WGMMA_THREADS,
-              lambda K, V, BV, C=FUSED_CHUNK, bf16=False: mc_smem_words(K, V, BV, C, bf16, nkd=3)),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
 #: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
-TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "diet3")   # diet: 15, 14 "tma2" with WG_E on fewer instructions; diet3: and three Kd^T buffers
+TMA_IMPLS = ("tma", "tma2", "tma3", "diet")   # diet: 15, 14 "tma2" with WG_E on fewer instructions
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS}}
@@ -745,7 +743,6 @@ STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles)
                     "bulk": (1, False), "bulk2": (1, True),
                     "tma": (False, 2), "tma2": (True, 2),   # 14's TMA form: WG_C's copies as tensor copies too
                     "tma3": (True, 3),                    # ... and three Kd^T buffers
-                    "diet": (2,), "diet3": (3,),          # 15 with two and three Kd^T buffers
                     "multicast": lambda V, bv: (mc_cluster(V, bv), False),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"), False)}
 
@@ -860,10 +857,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_state_tma":   # (K, V, C, BV, BF[, TSLOT[, NKD]])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                  nkd=args[6] if len(args) > 6 else 2)
-    if function == "kda_chunk_state_diet":   # (K, V, C, BV, BF[, NKD])
-        return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
-                                 nkd=args[5] if len(args) > 5 else 2)
-    if function == "kda_chunk_state_mc":   # (K, V, C, BV, BF[, CL, BSLOT])
+    if function in ("kda_chunk_state_mc", "kda_chunk_state_diet"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return 4 * regs_smem_words(args[0], args[1], args[3], args[2], roles=args[5] if len(args) > 5 else 1)
