@@ -107,7 +107,8 @@ def quick_check(impls, builds=()) -> pd.DataFrame:
         for impl, defines in runs:
             if io == "fp32" and impl in dk.BF16_ONLY_IMPLS:
                 continue
-            p = dk.prepare_tc(**x, output_final_state=True, bv=32, check_gate=False, impl=impl, defines=defines)
+            p = dk.prepare_tc(**x, output_final_state=True, bv=None if impl in dk.WGRS_IMPLS else 32, check_gate=False,
+                              impl=impl, defines=defines)
             p.poison()
             o, s = p.run()
             o = o.float().cpu().numpy() if hasattr(o, "cpu") else o.get()
@@ -128,7 +129,7 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
     for T in T_list:
         _, d = db.device_inputs(B, T, H, K, V, seed=T)
         for impl in [i for i in TWO_KERNEL if impls is None or i in impls]:
-            for bv in dk.SUPPORTED_BV:      # every value-block width, not only the launcher's default
+            for bv in (None,) if impl in dk.WGRS_IMPLS else dk.SUPPORTED_BV:   # every value-block width an impl takes
                 p = dk.prepare_tc(**d, check_gate=False, impl=impl, bv=bv)
                 rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}", config=f"BV={p.bv}", T=T))
                 rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
@@ -140,7 +141,7 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
         tb = fast.bf16_inputs(d)
         if tb is not None:
             for impl in [i for i in dk.BF16_IMPLS if impls is None or i in impls]:
-                for bv in dk.SUPPORTED_BV:
+                for bv in (None,) if impl in dk.WGRS_IMPLS else dk.SUPPORTED_BV:
                     p = dk.prepare_tc(**tb, check_gate=False, impl=impl, bv=bv)
                     rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}, bf16 I/O",
                                           config=f"BV={p.bv}", T=T))

@@ -97,7 +97,8 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     out = {}
     for tag, label in (("fz", "06"), ("ts", "07->08"), ("ws", "07->09"), ("ln", "07->10"), ("rg", "07->12"),
                        ("r2", "07->12 (two roles)"), ("wg", "07<A2>->13 (wgmma)"),
-                       ("dt", "07<A2>->15 (WG_E on fewer instructions)")):
+                       ("dt", "07<A2>->15 (WG_E on fewer instructions)"),
+                       ("rs", "07<A2>->16 (the chain turned around, A operands from registers)")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         out[tag] = (o, s)
         assert rel(o, ref_o) < TOL, f"{label}: o error {rel(o, ref_o):.2e}"
@@ -126,7 +127,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     xb = {n: round_bf16(np.asarray(x[n], np.float32)) for n in ("q", "k", "v", "g", "beta")}
     ref_ob, ref_sb = kda_recurrent_fp64(xb["q"], xb["k"], xb["v"], xb["g"], xb["beta"], scale,
                                         x.get("initial_state"), True)
-    for tag, label in (("bf", "07->10"), ("rb", "07->12"), ("wb", "07<A2>->13"), ("dtb", "07<A2>->15")):
+    for tag, label in (("bf", "07->10"), ("rb", "07->12"), ("wb", "07<A2>->13"), ("dtb", "07<A2>->15"), ("rsb", "07<A2>->16")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert rel(o, round_bf16(ref_ob.astype(np.float32))) < BF16_O_TOL, f"{label} bf16 I/O: o error {rel(o, ref_ob):.2e}"
         assert rel(s, ref_sb) < TOL, f"{label} bf16 I/O: final state error {rel(s, ref_sb):.2e}"

@@ -45,6 +45,12 @@ template <bool BF>
 static __device__ __forceinline__ float kda_ld1(const typename KdaIn<BF>::T* p) {
     return kda_widen1<BF>(*p);
 }
+// One element from fp32 (rounded to bf16 on the bf16 path).
+template <bool BF>
+static __device__ __forceinline__ void kda_st1(typename KdaIn<BF>::T* p, float a) {
+    if constexpr (BF) *p = (unsigned short)(pack_bf16x2(a, 0.f) & 0xffffu);
+    else *p = a;
+}
 // Two adjacent elements from fp32 (rounded to bf16 on the bf16 path).
 template <bool BF>
 static __device__ __forceinline__ void kda_st2(typename KdaIn<BF>::T* p, float a, float b) {

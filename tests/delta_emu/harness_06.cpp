@@ -29,6 +29,7 @@
 #include "delta/13_chunk_state_wgmma.cu"
 #include "delta/14_chunk_state_multicast.cu"
 #include "delta/15_chunk_state_diet.cu"
+#include "delta/16_chunk_state_wgrs.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -252,6 +253,26 @@ int main(int argc, char** argv) {
     }
     write_f32(dir + "/dt_o", o9);
     write_f32(dir + "/dt_ht", ht10);
+    // 16: the chain turned around (S^T in the accumulators, A operands from registers), 64 value
+    // columns per block; 07's T / A2 rows in boxes of C rows
+    auto tamap_c = [&](const unsigned* base) {
+        TmaMap m = tamap(base);
+        m.box[2] = C;
+        return m;
+    };
+    using LR6 = KdaRsLayout<K, V, C, false>;
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+    {
+        const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mt = tamap_c(ta2.data());
+        emu_launch3(dim3{V / 64, (unsigned)H, (unsigned)B}, LR6::NTH, (size_t)LR6::SMEM_BYTES, [&] {
+            kda_chunk_state_wgrs<K, V, C, 64>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                              has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
+                                              mg, mk, mq, mt);
+        });
+    }
+    write_f32(dir + "/rs_o", o9);
+    write_f32(dir + "/rs_ht", ht10);
 
     // the bf16-I/O path: 07<BF> -> 10<BF> on the inputs rounded to bf16, o back as bf16
     auto to_bf = [](const std::vector<float>& x) {
@@ -389,5 +410,19 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/dtb_o", o6);
     write_f32(dir + "/dtb_ht", ht11);
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    {
+        using LR6B = KdaRsLayout<K, V, C, true>;
+        const TmaMap mg = tmap(gb.data(), 2), mk = tmap(kb.data(), 2), mq = tmap(qb.data(), 2), mt = tamap_c(tab2.data());
+        emu_launch3(dim3{V / 64, (unsigned)H, (unsigned)B}, LR6B::NTH, (size_t)LR6B::SMEM_BYTES, [&] {
+            kda_chunk_state_wgrs<K, V, C, 64, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                    has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
+                                                    mg, mk, mq, mt);
+        });
+    }
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/rsb_o", o6);
+    write_f32(dir + "/rsb_ht", ht11);
     return 0;
 }

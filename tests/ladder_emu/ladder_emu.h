@@ -1,9 +1,10 @@
 // The lab's one CPU execution model of CUDA: enough of it to run every kernel of both families for
 // logic checks (kernels/attention/ 01-10; kernels/delta/ 01-11 with the hooks of kda_hooks.h beside
 // this file), warp MMAs, ldmatrix, movmatrix, cp.async, named barriers and thread-block clusters
-// included; of Hopper's warpgroup MMAs the forms kernels/delta/13 uses (wgmma with K-major operands
-// in the 128-byte swizzle, A from registers or shared memory, deferred to the wgmma_wait that retires
-// them), not TMA or mbarriers (notebook 11's kernels run on the GPU only). Every thread of a block is a fiber (tests/emu_fibers.h: cooperative,
+// included; of Hopper's warpgroup MMAs the forms kernels/delta/13-16 use (wgmma with K-major operands
+// in the 128- or 64-byte swizzle, MN-major B in the 128-byte swizzle, A from registers or shared
+// memory, deferred to the wgmma_wait that retires them), mbarriers, bulk copies and 4-D tensor
+// copies (notebook 11's kernels run on the GPU only). Every thread of a block is a fiber (tests/emu_fibers.h: cooperative,
 // deterministic, one OS thread); __syncthreads() is a barrier over the block; __shfl_xor_sync is a
 // two-phase exchange over a per-warp barrier.
 // Blocks run one after another, so the dynamic shared memory (`extern __shared__ float smem[]`)
@@ -738,10 +739,11 @@ inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
     if (mb.waiters > 0) emu_mbar_land(blk, mb);
 }
 
-// ---- warpgroup MMAs (kernels/hopper.cuh: wgmma_ss, wgmma_rs_kb and their fences), the forms
-// kernels/delta/13 uses: m64nNk16, fp32 accumulators, bf16/fp16 operands, K-major A and B in the
-// 128-byte swizzle (descriptor layout 1; anything else aborts), A from shared memory (_ss) or from
-// the warp's registers in the mma.m16n8k16 A layout (_rs_kb). A wgmma is asynchronous: here the
+// ---- warpgroup MMAs (kernels/hopper.cuh: wgmma_ss, wgmma_rs_kb, wgmma_rs and their fences), the
+// forms kernels/delta/13-16 use: m64nNk16, fp32 accumulators, bf16/fp16 operands, K-major A and B in
+// the 128- or 64-byte swizzle (descriptor layouts 1, 2), MN-major B (wgmma_rs) in the 128-byte swizzle
+// (anything else aborts), A from shared memory (_ss) or from the warp's registers in the
+// mma.m16n8k16 A layout (_rs_kb, _rs). A wgmma is asynchronous: here the
 // issuing thread records it, registers it reads (A) are copied at issue, and it is computed at the
 // wgmma_wait that retires its group: shared memory is read then, and the accumulators are written
 // then, so a read of them before the wait sees the old values and a tile overwritten before the
@@ -753,17 +755,34 @@ inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
 // memory). K-major, 128-byte swizzle: rows of 128 bytes in 8-row atoms SBO apart; the 16-byte chunk
 // of address bits 4-6 XORed with bits 7-9 (the address of the element, start included).
 inline size_t emu_sw128_offset(unsigned long long desc, int r, int k) {
-    if ((desc >> 62) != 1ull) {
-        std::fprintf(stderr, "wgmma descriptor %016llx: only the 128-byte swizzle (layout 1) is modelled\n", desc);
+    const unsigned long long layout = desc >> 62;
+    if (layout != 1ull && layout != 2ull) {
+        std::fprintf(stderr, "wgmma descriptor %016llx: only the 128- and 64-byte swizzles (layouts 1, 2) are modelled\n", desc);
         std::abort();
     }
     const size_t start = (size_t)(desc & 0x3FFFull) << 4, sbo = (size_t)((desc >> 32) & 0x3FFFull) << 4;
+    if (layout == 2ull) {   // 64-byte swizzle: rows of 64 bytes, chunk bits 4-5 XORed with bits 7-8
+        const size_t logical = start + (size_t)(r / 8) * sbo + (size_t)(r % 8) * 64 + 2 * (size_t)k;
+        return logical ^ (((logical >> 7) & 3) << 4);
+    }
     const size_t logical = start + (size_t)(r / 8) * sbo + (size_t)(r % 8) * 128 + 2 * (size_t)k;
     return logical ^ (((logical >> 7) & 7) << 4);
 }
-template <bool BF16>
+// MN-major B (wgmma_rs, tnspB), 128-byte swizzle: K rows of 64 N-values (128 bytes), 8-row K groups
+// SBO apart, 64-wide N chunks LBO apart; the same XOR of address bits.
+inline size_t emu_sw128_mn_offset(unsigned long long desc, int n, int k) {
+    if ((desc >> 62) != 1ull) {
+        std::fprintf(stderr, "wgmma descriptor %016llx: MN-major B is modelled in the 128-byte swizzle only\n", desc);
+        std::abort();
+    }
+    const size_t start = (size_t)(desc & 0x3FFFull) << 4, lbo = (size_t)((desc >> 16) & 0x3FFFull) << 4,
+                 sbo = (size_t)((desc >> 32) & 0x3FFFull) << 4;
+    const size_t logical = start + (size_t)(n / 64) * lbo + (size_t)(k / 8) * sbo + (size_t)(k % 8) * 128 + 2 * (size_t)(n % 64);
+    return logical ^ (((logical >> 7) & 7) << 4);
+}
+template <bool BF16, bool MN = false>
 inline float emu_smem_half(unsigned long long desc, int r, int k) {
-    const size_t off = emu_sw128_offset(desc, r, k);
+    const size_t off = MN ? emu_sw128_mn_offset(desc, r, k) : emu_sw128_offset(desc, r, k);
     const unsigned char* base = reinterpret_cast<const unsigned char*>(emu_dynamic_smem());
     if (off + 2 > emu_launch_smem_bytes) {
         std::fprintf(stderr, "wgmma operand at byte %zu outside the %zu bytes of dynamic shared memory\n", off,
@@ -775,7 +794,7 @@ inline float emu_smem_half(unsigned long long desc, int r, int k) {
     return BF16 ? emu_bf16_to_float(x) : f16_to_float(x);
 }
 // Record one wgmma: arow(m, k) gives A[m][k] for this thread's rows m (0 = row g, 1 = row g + 8).
-template <int N, bool BF16, class ARow>
+template <int N, bool BF16, class ARow, bool MNB = false>
 inline void emu_wgmma(float* d, ARow arow, unsigned long long db, int acc) {
     EmuThread& me = emu_self();
     const unsigned lane = threadIdx.x % 32, wiw = (threadIdx.x / 32) % 4;
@@ -785,7 +804,7 @@ inline void emu_wgmma(float* d, ARow arow, unsigned long long db, int acc) {
             const int i = e / 4, r = e % 4, m = r / 2;
             const int row = 16 * wiw + g + 8 * m, col = 8 * i + 2 * t + r % 2;
             double prod[16];
-            for (int k = 0; k < 16; ++k) prod[k] = (double)arow(m, row, k) * (double)emu_smem_half<BF16>(db, col, k);
+            for (int k = 0; k < 16; ++k) prod[k] = (double)arow(m, row, k) * (double)emu_smem_half<BF16, MNB>(db, col, k);
             d[e] = emu_block_fma(acc ? d[e] : 0.0f, prod, 16);
         }
     });
@@ -794,10 +813,9 @@ template <int N, bool BF16>
 inline void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
     emu_wgmma<N, BF16>(d, [da](int, int row, int k) { return emu_smem_half<BF16>(da, row, k); }, db, acc);
 }
-template <int N, bool BF16>
-inline void wgmma_rs_kb(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
-    static_assert(N == 16 || N == 32, "wgmma_rs_kb: N in {16, 32}");
-    // the A rows of this thread (g and g + 8, all 16 k) from its warp's fragments, copied now
+// A from the warp's registers (rows g and g + 8 of its 16, all 16 k), copied at issue
+template <int N, bool BF16, bool MNB>
+inline void emu_wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
     const unsigned lane = threadIdx.x % 32;
     EmuWarp& w = emu_warp();
     for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = a[i];
@@ -807,7 +825,18 @@ inline void wgmma_rs_kb(float (&d)[N / 2], const unsigned (&a)[4], unsigned long
     for (int m = 0; m < 2; ++m)
         for (int k = 0; k < 16; ++k) rows[16 * m + k] = emu_half<BF16>(w, true, g + 8 * m, k);
     w.bar.arrive_and_wait();
-    emu_wgmma<N, BF16>(d, [rows](int m, int, int k) { return rows[16 * m + k]; }, db, acc);
+    auto arow = [rows](int m, int, int k) { return rows[16 * m + k]; };
+    emu_wgmma<N, BF16, decltype(arow), MNB>(d, arow, db, acc);
+}
+template <int N, bool BF16>
+inline void wgmma_rs_kb(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
+    static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma_rs_kb: N in {16, 32, 64, 128}");
+    emu_wgmma_rs<N, BF16, false>(d, a, db, acc);
+}
+template <int N, bool BF16>
+inline void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
+    static_assert(N == 64 || N == 128, "wgmma_rs: N in {64, 128}");
+    emu_wgmma_rs<N, BF16, true>(d, a, db, acc);
 }
 inline void wgmma_fence() {}
 inline void fence_proxy_async() {}

@@ -365,6 +365,16 @@ for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet"):
     PRODUCER_WARPS[_mc] = 4
 
 
+#: 16: the chain turned around (kernels/delta/16_chunk_state_wgrs.cu: WG_C stamps 0-4, WG_E 0-3)
+CONSUMER_STAMP_PHASES["wgrs"] = (
+    ("barrier, next copies issued, wait for FULL", 0, 1),
+    ("P1^T = S^T [Kg^T | Qg^T] (S^T split; decay, next v and beta beside it)", 1, 2),
+    ("X^T, P2^T = X^T [T^T | A2^T]", 2, 3),
+    ("P4: S^T 2^G_L + V'^T Kd (o stored beside it)", 3, 4))
+PRODUCER_STAMP_PHASES["wgrs"] = PRODUCER_STAMP_PHASES["diet"]
+PRODUCER_WARPS["wgrs"] = 4
+
+
 def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: int = 8,
                  impl: str = BEST_IMPL, defines: dict | None = None) -> pd.DataFrame:
     """Median SM cycles of every phase of a recurrence kernel (10 by default; ``impl`` any key of
@@ -455,10 +465,11 @@ def describe_wg_phases(phases: pd.DataFrame) -> list[str]:
         period = m[("consumer", "chunk period")]
         prod = [p for r, p in m.index if r == "producer" and p != "chunk period"]
         first, arith = m[("producer", prod[0])], m[("producer", prod[1])]
-        p1 = m[("consumer", CONSUMER_STAMP_PHASES["wgmma"][0][0])]
+        p1_name = next(p for p, _, _ in CONSUMER_STAMP_PHASES.get(impl, CONSUMER_STAMP_PHASES["wgmma"]) if "P1" in p)
+        p1 = m[("consumer", p1_name)]
         lines.append(f"- {impl}: chunk period {period:.0f} cycles; WG_E spends {first:.0f} ({100 * first / period:.0f} %) "
                      f"on its inputs and the hand-over before its arithmetic, {arith:.0f} on the arithmetic; "
-                     f"WG_C's first phase (P1, with its copies issued) takes {p1:.0f}.")
+                     f"WG_C's P1 phase ({p1_name}) takes {p1:.0f}.")
     return lines
 
 

@@ -14,7 +14,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   the inputs fetched by bulk copies; ``"multicast"``: multicast to a cluster of the head's value blocks;
   ``"tma"``: three TMA tensor copies a chunk; ``"tma2"``: and WG_C's T / A2 and v by one bulk and one
   tensor copy; ``"tma3"``: and three Kd^T buffers; sm_90a), → ``15`` (``"diet"``: 14 ``"tma2"`` with
-  the element-wise warpgroup on fewer instructions; sm_90a), → ``12`` (``"regs"``),
+  the element-wise warpgroup on fewer instructions; sm_90a), → ``16`` (``"wgrs"``: the chain turned around,
+  S^T in the accumulators and every A operand from registers, 64 value columns a block; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -59,7 +60,7 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet")
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet", "wgrs")
 #: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
 BF16_ONLY_IMPLS = ("wgmma2",)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -121,11 +122,16 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "recurrence on warpgroup MMAs, element-wise warpgroup on fewer instructions (sm_90a)", 90,
                 "14's tensor-copy form with one exp2 per element (2^G and 2^(G_L - G) as running products of "
                 "2^g) and beta applied by the chain warpgroup: WG_E's instruction stream set the chunk period"),
+    DeltaKernel("16", "delta/16_chunk_state_wgrs.cu", "kda_chunk_state_wgrs", "tc",
+                "recurrence on warpgroup MMAs, the chain turned around (sm_90a)", 90,
+                "15's element-wise arithmetic; the chain keeps S^T in its accumulators and takes every A operand "
+                "from registers (P1^T = S^T [Kg^T | Qg^T], X^T [T^T | A2^T], V'^T Kd): nothing of the chain through "
+                "shared memory, one barrier a chunk, 64 value columns a block"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
@@ -605,6 +611,19 @@ def mc_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = Fa
     return wgmma_smem_words(K, V, BV, C, bf16, nkd=nkd) + 8
 
 
+WGRS_BV = 64   # 16: the chain's accumulator rows are a block's value columns (the wgmma's M)
+
+
+def wgrs_smem_words(K: int, V: int, BV: int = WGRS_BV, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_wgrs`` (16) in words, ``KdaRsLayout``: two buffers of
+    [Kg^T | Qg^T] (hi, lo) and Kd^T, 2^G_L and WG_E's half products, two slots of 07's rows (1024-aligned),
+    WG_E's g, k, q tile, three mbarriers, and room to align the base."""
+    b1 = K * 128
+    off_slot = -(-(4 * b1 + 2 * K * 128 + 2 * K * 4 + 2 * K * 4) // 1024) * 1024
+    nbytes = off_slot + 2 * 4 * C * (C // 2) * 4 + 3 * C * K * (2 if bf16 else 4) + 24 + 1024
+    return -(-nbytes // 4)
+
+
 def mc_cluster(V: int, bv: int, impl: str = "multicast") -> int:
     """Blocks per cluster of 14: the head's V / bv value blocks (``"multicast"``), pairs of them
     (``"multicast2"``), or none (``"bulk"``, ``"bulk2"``: plain bulk copies into each block's own tile)."""
@@ -722,6 +741,7 @@ STATE_IMPLS = {
     "tma3": (MC_SRC, "kda_chunk_state_tma", WGMMA_THREADS,
              lambda K, V, BV, C=FUSED_CHUNK, bf16=False: mc_smem_words(K, V, BV, C, bf16, nkd=3)),
     "diet": (DIET_SRC, "kda_chunk_state_diet", WGMMA_THREADS, mc_smem_words),
+    "wgrs": (WGRS_SRC, "kda_chunk_state_wgrs", WGMMA_THREADS, wgrs_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -731,8 +751,10 @@ MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_
 TMA_IMPLS = ("tma", "tma2", "tma3", "diet")   # diet: 15, 14 "tma2" with WG_E on fewer instructions
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
-STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS}}
-PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *TMA_IMPLS)
+#: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
+WGRS_IMPLS = ("wgrs",)
+STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS}}
+PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *TMA_IMPLS, *WGRS_IMPLS)
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
 CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
@@ -768,7 +790,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14 or 15), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15 or 16), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
         raise ValueError(f"impl={impl!r} (13 with two staging tiles) runs on bf16 inputs only: two fp32 tiles do not "
@@ -783,16 +805,23 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
-        raise ValueError(f"impl={impl!r} (kernels 13-14, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+        raise ValueError(f"impl={impl!r} (kernels 13-16, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
                          f"{CLUSTER_MIN_CC / 10:.1f}, this GPU has {int(device.compute_capability) / 10:.1f}; "
                          "use impl='lean'")
-    if bv is None:
-        sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
-        bv = default_bv(B, H, V, sms)
-    validate_config(K, V, FUSED_CHUNK, bv=bv)
+    if impl in WGRS_IMPLS:   # 16: the block's value columns are the chain's 64 accumulator rows
+        if bv not in (None, WGRS_BV):
+            raise ValueError(f"impl={impl!r} (kernel 16) runs {WGRS_BV} value columns per block, got bv={bv}; "
+                             "leave bv unset")
+        validate_config(K, V, FUSED_CHUNK)
+        bv = WGRS_BV
+    else:
+        if bv is None:
+            sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
+            bv = default_bv(B, H, V, sms)
+        validate_config(K, V, FUSED_CHUNK, bv=bv)
     if impl in CLUSTER_IMPLS and V // bv > 8:
         raise ValueError(f"impl={impl!r} runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
                          "pass bv=32 or impl='lean'")
@@ -829,6 +858,16 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
             raise ValueError(f"impl={impl!r} addresses 07's output by 32-bit row coordinates: B * H * chunks * {4 * C} = "
                              f"{ta_rows} rows is too many; split the batch or pass impl='wgmma'")
         maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, 4 * C, swizzle=64),)
+    if impl in WGRS_IMPLS:   # 16: g, k, q as 14's; 07's T / A2 words as rows of C/2 words in boxes of C rows
+        from ..arrays import data_ptr
+        from ..tma import tensor_map_rows
+
+        maps = tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C) for n in ("g", "k", "q"))
+        ta_rows = int(np.prod(ta_workspace_shape(B, T, H)[:4])) * C
+        if ta_rows >= 2 ** 31:
+            raise ValueError(f"impl={impl!r} addresses 07's output by 32-bit row coordinates: B * H * chunks * {4 * C} = "
+                             f"{ta_rows} rows is too many; split the batch or pass impl='wgmma'")
+        maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
     return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
 
 
@@ -859,6 +898,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
                                  nkd=args[6] if len(args) > 6 else 2)
     if function in ("kda_chunk_state_mc", "kda_chunk_state_diet"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
+    if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
+        return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return 4 * regs_smem_words(args[0], args[1], args[3], args[2], roles=args[5] if len(args) > 5 else 1)
     for _, fn, _, words in STATE_IMPLS.values():
@@ -929,12 +970,15 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                 for impl in TMA_IMPLS:
                     src, fn = STATE_IMPLS[impl][:2]
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
+        for bf in (False, True):   # 16: 64 value columns a block, whatever the other steps' widths
+            out.append((WGRS_SRC, "kda_chunk_state_wgrs", (K, V, FUSED_CHUNK, WGRS_BV, bf)))
     return out
 
 
 def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
-    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet"):
+    if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
+                    "kda_chunk_state_wgrs"):
         return WGMMA_ARCH
     return arch
