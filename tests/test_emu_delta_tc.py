@@ -204,7 +204,7 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
     assert s is None and rel(o, ref_o) < TOL
 
     checks = fast.check_correctness([dict(B=1, T=33, H=2, K=64, V=64, gate="const", init=True)], seed=1)
-    assert len(checks) == 2 * len(fast.TC_IMPLS) and checks["passed"].all()
+    assert len(checks) == sum(1 if i in dk.WGRS_IMPLS else 2 for _, i, _ in fast.TC_IMPLS) and checks["passed"].all()
     assert checks["matches_07_08"].dropna().astype(bool).all()
     assert checks["matches_07_08"].notna().sum() == 2 * len(fast.SAME_AS_08)   # both value-block widths
     mem = fast.peak_memory(1, 2, 64, 64, [40], with_fla=False)
@@ -344,8 +344,12 @@ def test_wgmma_family_stamps_and_generated_lines():
     for src in ("13_chunk_state_wgmma.cu", "14_chunk_state_multicast.cu"):   # WG_E's loop: 0, 1; its arithmetic: 2, 3
         loop = (ROOT / "kernels" / "delta" / src).read_text()
         assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", loop + ops))) == list(range(4)), src
+    k16 = (ROOT / "kernels" / "delta" / "16_chunk_state_wgrs.cu").read_text().split("// ====")
+    assert [sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", part))) for part in k16[1:]] == \
+        [list(range(4)), list(range(5))]   # 16: WG_E 0-3, then WG_C 0-4
     for impl in sorted(set(fast.WG_STAMP_IMPLS) | {"bulk2", "tma", "tma2", "tma3", "diet"}):
-        assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(8))
+        n_stamps = 5 if impl == "wgrs" else 8   # 16's chain stamps 0-4 (kernels/delta/16_chunk_state_wgrs.cu)
+        assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(n_stamps))
         assert sorted({i for _, a, b in fast.PRODUCER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(4))
         assert fast.PRODUCER_WARPS[impl] == 4
     rows = []
@@ -358,8 +362,8 @@ def test_wgmma_family_stamps_and_generated_lines():
             rows.append(dict(role=role, warp=w, phase="chunk period", median_cycles=5000.0, implementation=impl))
     lines = fast.describe_wg_phases(pd.DataFrame(rows))
     assert lines[0] == ("- wgmma: chunk period 5000 cycles; WG_E spends 3000 (60 %) on its inputs and the hand-over "
-                        "before its arithmetic, 500 on the arithmetic; WG_C's first phase (P1, with its copies "
-                        "issued) takes 2000.")
+                        "before its arithmetic, 500 on the arithmetic; WG_C's P1 phase (next copies issued, decay, "
+                        "P1: [X; Ob] = [beta v; 0] - [Kbg; Qg] S) takes 2000.")
     assert lines[1].startswith("- bulk: chunk period 5000 cycles; WG_E spends 1000 (20 %)")
     probes = pd.DataFrame(dict(implementation=["13", "13 without input copies after chunk 0 (KDA_PROBE=4)", "14 bulk"],
                                median_ms=[1.5, 0.9, 3.0]))
