@@ -21,6 +21,10 @@
 // Kd^T as 15 writes it, 2^G_L.
 // 07's T / A2 words land by four tensor copies per chunk (boxes of C rows, the 64-byte swizzle), in
 // the order T hi, A2 hi, T lo, A2 lo, so that [T; A2] is one B operand of 2C rows per half.
+// The price: each chunk's products are twice as wide per block (N = 2C and K instead of 15's BV = 32
+// columns) on half as many SMs, so the trade pays only if the chain's time is its latency rather than
+// the tensor pipe's throughput. Notebook 13 times it beside 15; its stamps (WG_C 0-4 below) say how long
+// each product takes.
 //
 // Launch: grid (V / 64, H, B), 256 threads (warps 0-3 WG_C, 4-7 WG_E), KdaRsLayout::SMEM_BYTES of
 // dynamic shared memory; tensor maps of g, k, q (as 14's) and of 07's output as rows of C/2 words in

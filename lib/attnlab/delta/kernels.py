@@ -844,21 +844,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
     maps = ()
-    if impl in TMA_IMPLS:   # g, k, q as (K, H, T, B) tensors, boxes of one chunk of one head; v in value blocks
-        from ..arrays import data_ptr
-        from ..tma import tensor_map_rows
-
-        maps = tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C) for n in ("g", "k", "q"))
-        # WG_C's slot ("tma2"): v in value blocks, a box row's swizzle; 07's T / A2 words as rows of C/2
-        # words, a chunk's 4C rows a box, the 64-byte swizzle (kernels/delta/wgmma_recurrence.cuh)
-        esz = 2 if io == "bf16" else 4
-        maps += (tensor_map_rows(data_ptr(arrays["v"]), IO_DTYPES[io], B, T, H, V, C, cols=int(bv), swizzle=int(bv) * esz),)
-        ta_rows = int(np.prod(ta_workspace_shape(B, T, H)[:4])) * C
-        if ta_rows >= 2 ** 31:
-            raise ValueError(f"impl={impl!r} addresses 07's output by 32-bit row coordinates: B * H * chunks * {4 * C} = "
-                             f"{ta_rows} rows is too many; split the batch or pass impl='wgmma'")
-        maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, 4 * C, swizzle=64),)
-    if impl in WGRS_IMPLS:   # 16: g, k, q as 14's; 07's T / A2 words as rows of C/2 words in boxes of C rows
+    if impl in TMA_IMPLS or impl in WGRS_IMPLS:   # g, k, q as (K, H, T, B) tensors, boxes of one chunk of one head
         from ..arrays import data_ptr
         from ..tma import tensor_map_rows
 
@@ -867,7 +853,14 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         if ta_rows >= 2 ** 31:
             raise ValueError(f"impl={impl!r} addresses 07's output by 32-bit row coordinates: B * H * chunks * {4 * C} = "
                              f"{ta_rows} rows is too many; split the batch or pass impl='wgmma'")
-        maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
+        if impl in TMA_IMPLS:
+            # WG_C's slot ("tma2"): v in value blocks, a box row's swizzle; 07's T / A2 words as rows of C/2
+            # words, a chunk's 4C rows a box, the 64-byte swizzle (kernels/delta/wgmma_recurrence.cuh)
+            esz = 2 if io == "bf16" else 4
+            maps += (tensor_map_rows(data_ptr(arrays["v"]), IO_DTYPES[io], B, T, H, V, C, cols=int(bv), swizzle=int(bv) * esz),
+                     tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, 4 * C, swizzle=64))
+        else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
+            maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
     return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
 
 
