@@ -693,3 +693,37 @@ def test_15_has_half_the_exponentials_of_14():
     ex14, ex15 = r14.ptx.count("ex2.approx"), r15.ptx.count("ex2.approx")
     assert ex14 >= 64 and ex15 <= ex14 // 2 + 2, (ex14, ex15)
     assert "shfl.sync" in r14.ptx and r15.ptx.count("shfl.sync") < r14.ptx.count("shfl.sync")
+
+
+def test_wgmma_rate_arithmetic_and_shapes():
+    """The wgmma-rate probe's MACs per SM cycle (64 N 16 per wgmma, per warpgroup), its errors, and
+    that its shapes cover what the recurrences issue (15: N = 32; 16: 64, 128) from one and two
+    warpgroups, A from registers and from shared memory."""
+    from attnlab.delta import fast
+
+    assert fast.wgmma_macs_per_cycle(32, 100, 1, 3200.0) == 64 * 32 * 16 * 100 / 3200.0
+    assert fast.wgmma_macs_per_cycle(64, 10, 2, 1000.0) == 2 * 64 * 64 * 16 * 10 / 1000.0
+    for bad in ((0, 1, 1, 1.0), (32, 1, 1, 0.0), (32, 1, 0, 5.0)):
+        with pytest.raises(ValueError, match="positive"):
+            fast.wgmma_macs_per_cycle(*bad)
+    shapes = set(fast.WGMMA_RATE_SHAPES)
+    for n in (32, 64, 128):
+        for nwg in (1, 2):
+            assert (n, True, nwg, 1) in shapes and (n, False, nwg, 1) in shapes
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is needed for the static build")
+def test_wgmma_rate_benchmark_builds_for_every_shape():
+    """kernels/bench/04_wgmma_rate.cu: every probed shape builds for sm_90a without spills, issues the
+    wgmma of its shape (A from registers or from shared memory) and reads the SM clock."""
+    from attnlab.delta import fast
+    from attnlab.static import static_build
+
+    reps = static_build(fast.WGMMA_RATE_SOURCE, "wgmma_rate", list(fast.WGMMA_RATE_SHAPES), "sm_90a")
+    for (n, rs, nwg, ch), r in zip(fast.WGMMA_RATE_SHAPES, reps):
+        assert not r.spills and r.stack_bytes == 0, r.name
+        assert r.registers * 128 * nwg <= 65536, r.name
+        shape = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16"
+        assert shape in r.ptx and "%clock64" in r.ptx, r.name
+        operands = r.ptx.split(shape)[1].split(";")[0]   # {accumulators}, A ({registers} or a descriptor), B, ...
+        assert ("}, {%r" in operands) == rs, (r.name, operands[-80:])

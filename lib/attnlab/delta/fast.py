@@ -427,6 +427,51 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("16", "wgrs", {}), ("16 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgrs", {"KDA_PROBE": 5}))
 
 
+#: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
+WGMMA_RATE_SHAPES = tuple((n, rs, nwg, ch) for n in (16, 32, 64, 128) for rs in (True, False)
+                          for nwg in (1, 2) for ch in (1, 2))
+WGMMA_RATE_SOURCE = "bench/04_wgmma_rate.cu"
+WGMMA_RATE_UNROLL = 8   # the kernel's WR_UNROLL
+
+
+def wgmma_macs_per_cycle(n: int, wgmmas: int, nwg: int, cycles: float) -> float:
+    """Multiply-adds per SM cycle of ``nwg`` warpgroups each issuing ``wgmmas`` m64nNk16 wgmmas in
+    ``cycles`` SM cycles (one block per SM; pure)."""
+    if min(n, wgmmas, nwg) < 1 or not cycles > 0:
+        raise ValueError(f"need positive n, wgmma count, warpgroups and cycles, got {n}, {wgmmas}, {nwg}, {cycles}")
+    return 64 * n * 16 * wgmmas * nwg / cycles
+
+
+def wgmma_rate_table(shapes=WGMMA_RATE_SHAPES, iters: int = 4096) -> pd.DataFrame:
+    """kernels/bench/04_wgmma_rate.cu on every SM for each (N, A from registers, warpgroups, chains):
+    the median over blocks of each warpgroup's loop cycles and the MACs per SM cycle that gives
+    (sm_90a; a probe's table: what a narrow wgmma chain can issue, one warpgroup against two)."""
+    import cupy as cp
+
+    from ..compile import load_kernel
+
+    sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+    rows = []
+    for n, rs, nwg, ch in shapes:
+        ker = load_kernel(WGMMA_RATE_SOURCE, "wgmma_rate", (n, rs, nwg, ch), arch=dk.WGMMA_ARCH)
+        smem = 64 * 128 + n * 128 + 1024
+        ker.max_dynamic_shared_size_bytes = smem
+        out = cp.zeros(2 * sms * nwg, dtype=cp.float32)
+        ker((sms,), (128 * nwg,), (out, np.int32(iters // 8)), shared_mem=smem)   # warm-up
+        out[:] = 0
+        ker((sms,), (128 * nwg,), (out, np.int32(iters)), shared_mem=smem)
+        cp.cuda.get_current_stream().synchronize()
+        host = out.get()
+        if not np.all(np.isfinite(host[sms * nwg:])):
+            raise RuntimeError(f"wgmma_rate<{n}, {rs}, {nwg}, {ch}> produced non-finite values")
+        cycles = float(np.median(host[:sms * nwg]))
+        rows.append(dict(N=n, a_from="registers" if rs else "shared", warpgroups=nwg, chains=ch, iters=iters,
+                         median_cycles=cycles,
+                         cycles_per_wgmma=cycles / (iters * WGMMA_RATE_UNROLL),
+                         macs_per_sm_cycle=wgmma_macs_per_cycle(n, iters * WGMMA_RATE_UNROLL, nwg, cycles)))
+    return pd.DataFrame(rows)
+
+
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
     """The recurrence alone (07's output in place) of 10 and 13 and of their probe builds
     (:data:`PROBE_BUILDS`), timed at T in one run: where each recurrence's time goes."""
