@@ -431,7 +431,7 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
 WGMMA_RATE_SHAPES = tuple((n, rs, nwg, ch) for n in (16, 32, 64, 128) for rs in (True, False)
                           for nwg in (1, 2) for ch in (1, 2))
 WGMMA_RATE_SOURCE = "bench/04_wgmma_rate.cu"
-WGMMA_RATE_UNROLL = 8   # the kernel's WR_UNROLL
+WGMMA_RATE_UNROLL = 8   # wgmmas per loop trip: passed to the kernel as WR_UNROLL, so the two cannot disagree
 
 
 def wgmma_macs_per_cycle(n: int, wgmmas: int, nwg: int, cycles: float) -> float:
@@ -453,8 +453,9 @@ def wgmma_rate_table(shapes=WGMMA_RATE_SHAPES, iters: int = 4096) -> pd.DataFram
     sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
     rows = []
     for n, rs, nwg, ch in shapes:
-        ker = load_kernel(WGMMA_RATE_SOURCE, "wgmma_rate", (n, rs, nwg, ch), arch=dk.WGMMA_ARCH)
-        smem = 64 * 128 + n * 128 + 1024
+        ker = load_kernel(WGMMA_RATE_SOURCE, "wgmma_rate", (n, rs, nwg, ch), arch=dk.WGMMA_ARCH,
+                          defines={"WR_UNROLL": WGMMA_RATE_UNROLL})
+        smem = 64 * 128 + n * 128 + 1024   # WrLayout<N>::SMEM_BYTES: the A tile, the B tile, room to align
         ker.max_dynamic_shared_size_bytes = smem
         out = cp.zeros(2 * sms * nwg, dtype=cp.float32)
         ker((sms,), (128 * nwg,), (out, np.int32(iters // 8)), shared_mem=smem)   # warm-up
