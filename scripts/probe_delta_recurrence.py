@@ -145,18 +145,23 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
                     p = dk.prepare_tc(**tb, check_gate=False, impl=impl, bv=bv)
                     rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}, bf16 I/O",
                                           config=f"BV={p.bv}", T=T))
+                    rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
+                                          implementation=f"{impl} recurrence alone, bf16 I/O", config=f"BV={p.bv}", T=T))
+                    if impl in dk.PREP_A2_IMPLS and not any(r["implementation"] == "07<A2> alone, bf16 I/O" and r["T"] == T
+                                                            for r in rows):
+                        rows.append(db._timed(lambda p=p: p.run(stages=(1,)), budget,
+                                              implementation="07<A2> alone, bf16 I/O", config="", T=T))
                     del p
         for impl, defines in builds:   # --build: a recurrence built with other macros, timed as its plain build is
             label = f"{impl} " + ",".join(f"{k_}={v_}" for k_, v_ in defines.items())
             for io, x in (("fp32", d), ("bf16", tb)):
-                if x is None:
+                if x is None or (io == "fp32" and impl in dk.BF16_ONLY_IMPLS):
                     continue
                 p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines)
                 sfx = ", bf16 I/O" if io == "bf16" else ""
                 rows.append(db._timed(p.run, budget, implementation=f"07 + {label}{sfx}", config=f"BV={p.bv}", T=T))
-                if io == "fp32":
-                    rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
-                                          implementation=f"{label} recurrence alone", config=f"BV={p.bv}", T=T))
+                rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
+                                      implementation=f"{label} recurrence alone{sfx}", config=f"BV={p.bv}", T=T))
                 del p
         for label, (impl, defines) in PROBES.items():
             if not probes or (impls is not None and impl not in impls):

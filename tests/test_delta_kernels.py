@@ -203,7 +203,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert r.ptx.count("wgmma.mma_async.sync.aligned.m64n") == 3 * args[0] // 16 + 12
         assert "stmatrix" not in r.ptx and "mma.sync" not in r.ptx
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
-    elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet"):
+    elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
+                      "kda_chunk_state_single"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -219,8 +220,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster" in r.ptx
         assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
         assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx and ".reqnctapercluster" in r.ptx
-    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet"):
-        # 14's TMA form (and 15's): a 4-D tensor copy per array and chunk, no cluster, no row copies
+    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single"):
+        # 14's TMA form (and 15's, 17's): a 4-D tensor copy per array and chunk, no cluster, no row copies
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert "multicast" not in r.ptx and ".reqnctapercluster" not in r.ptx
     elif function == "kda_chunk_state_mc":
@@ -277,11 +278,14 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="wgmma2")
+    # so is 17 (P1 and P4 as one bf16 product): not accurate enough for fp32 inputs
+    with pytest.raises(ValueError, match=r"impl='single' \(17, P1 and P4 as one bf16 product\) runs on bf16 inputs only.*1e-4.*impl='diet'"):
+        dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="single")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         dk.validate_inputs(**t, initial_state=h0, io="bf16")
@@ -640,6 +644,7 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
     sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs"}   # 11, 13-16: clusters, wgmma, bulk and tensor copies
+    # (17, "single", is a bf16-I/O path only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
     assert {x[1] for x in fast.bf16_io_impls(80)} == {fast.BEST_IMPL}
@@ -693,6 +698,23 @@ def test_15_has_half_the_exponentials_of_14():
     ex14, ex15 = r14.ptx.count("ex2.approx"), r15.ptx.count("ex2.approx")
     assert ex14 >= 64 and ex15 <= ex14 // 2 + 2, (ex14, ex15)
     assert "shfl.sync" in r14.ptx and r15.ptx.count("shfl.sync") < r14.ptx.count("shfl.sync")
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is needed for the static build")
+def test_17_issues_a_third_of_15s_p1_and_p4_wgmmas():
+    """17 (bf16 inputs) runs P1 and P4 as one bf16 product: per chunk K / 16 + 2 K / 64 wgmmas where 15
+    issues three times as many, P2's six unchanged; and half of 15's stmatrix for S^T."""
+    from attnlab.static import static_build
+
+    args = (128, 128, dk.FUSED_CHUNK, 32, True)
+    (r15,) = static_build(dk.DIET_SRC, "kda_chunk_state_diet", [args], "sm_90a")
+    (r17,) = static_build(dk.SINGLE_SRC, "kda_chunk_state_single", [args], "sm_90a")
+    count = lambda r: r.ptx.count("wgmma.mma_async.sync.aligned.m64n")  # noqa: E731
+    p1, p4, p2 = 128 // 16, 2 * 128 // 64, 6
+    assert count(r15) == 3 * (p1 + p4) + p2 and count(r17) == p1 + p4 + p2, (count(r15), count(r17))
+    st = lambda r: r.ptx.count("stmatrix.sync.aligned.m8n8.x4.trans")  # noqa: E731
+    assert st(r17) < st(r15)
+    assert not r17.spills and not r15.spills
 
 
 def test_wgmma_rate_arithmetic_and_shapes():

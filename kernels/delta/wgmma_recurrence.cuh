@@ -12,7 +12,7 @@
 #include "hopper.cuh"
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
-          int NKD_ = 2, bool DIET_ = false>
+          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -23,6 +23,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int LE = K + 8;                    // floats per Kbg / Qg row
     static constexpr bool DENSE = DENSE_;
     static constexpr bool DIET = DIET_;                   // 15: WG_E's operands with fewer instructions
+    static constexpr bool ONE = ONE_;                     // 17: P1 and P4 as one bf16 term (no lo operands)
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
@@ -211,7 +212,9 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 for (int u = 0; u < TPT; u += 2) {
                     e1[u] *= pre;
                     e1[u + 1] *= pre;
-                    split_bf16x2(kda_widen1<BF>(xk[u]) * ed[u], kda_widen1<BF>(xk[u + 1]) * ed[u + 1], kdh[u / 2], kdl[u / 2]);
+                    const float kd0 = kda_widen1<BF>(xk[u]) * ed[u], kd1 = kda_widen1<BF>(xk[u + 1]) * ed[u + 1];
+                    if constexpr (L::ONE) kdh[u / 2] = pack_bf16x2(kd0, kd1);   // 17: P4 reads Kd^T hi only
+                    else split_bf16x2(kd0, kd1, kdh[u / 2], kdl[u / 2]);
                 }
     #pragma unroll
                 for (int u = 0; u < TPT; ++u) {
@@ -230,8 +233,9 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     const int ch = tok0 / 8 + qd;
                     *reinterpret_cast<U4*>(kd + ((ch ^ (c % 8)) * 16)) =
                         U4{kdh[4 * qd], kdh[4 * qd + 1], kdh[4 * qd + 2], kdh[4 * qd + 3]};
-                    *reinterpret_cast<U4*>(kd + (((4 + ch) ^ (c % 8)) * 16)) =
-                        U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]};
+                    if constexpr (!L::ONE)
+                        *reinterpret_cast<U4*>(kd + (((4 + ch) ^ (c % 8)) * 16)) =
+                            U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]};
                 }
                 if (part == 0) gl_of(n)[c] = gl2;
                 KDA_STAMP(2);
@@ -293,6 +297,20 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     // (hi, + 8), (lo, ..), (lo, + 8) of columns 8j..; lane 8i + r stores column r (= S^T row 8j + r),
     // channels 16 warp + 8 (i % 2) .. + 7 (16-byte chunk 2 warp + i % 2 of the 64-wide chunk mt)
     auto write_st = [&]() {
+        if constexpr (L::ONE) {   // 17: the hi tile only, two column groups per stmatrix: (j), (j, + 8), (j + 1), (j + 1, + 8)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < NJ; j += 2) {
+                    const unsigned m[4] = {pack_bf16x2(sacc[mt][4 * j], sacc[mt][4 * j + 1]),
+                                           pack_bf16x2(sacc[mt][4 * j + 2], sacc[mt][4 * j + 3]),
+                                           pack_bf16x2(sacc[mt][4 * j + 4], sacc[mt][4 * j + 5]),
+                                           pack_bf16x2(sacc[mt][4 * j + 6], sacc[mt][4 * j + 7])};
+                    const int mi = lane / 8, r = lane % 8;
+                    stmatrix_x4_trans(kda_sw128(sth_a + mt * (BV * 128), 8 * (j + mi / 2) + r, 2 * warp + (mi & 1)), m);
+                }
+            return;
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -423,6 +441,10 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
 #pragma unroll
         for (int s = 0; s < KS; ++s) {
             const unsigned off = (s / 4) * (BV * 128) + 32 * (s % 4);
+            if constexpr (L::ONE) {   // 17: one term, Kbg / Qg hi times S hi
+                wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), s > 0);
+                continue;
+            }
             wgmma_rs_kb<BV, true>(p1, al[s], desc(sth_a + off), s > 0);
             wgmma_rs_kb<BV, true>(p1, ah[s], desc(stl_a + off), 1);
             wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), 1);
@@ -471,6 +493,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
+#ifdef KDA_P2_ONE   // probe only: P2 as one term too
+            if constexpr (L::ONE) { wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), s > 0); continue; }
+#endif
             wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(sx_a + 32 * s), s > 0);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 64 + 32 * s), 1);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), 1);
@@ -500,7 +525,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
 #pragma unroll
         for (int s = 0; s < 2; ++s)
 #pragma unroll
-            for (int term = 0; term < 3; ++term)
+            for (int term = L::ONE ? 2 : 0; term < 3; ++term)   // 17: the hi x hi term only
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {   // the m64 tiles' chains interleaved
                     const unsigned a = kd_a + mt * 8192 + 32 * s + (term == 0 ? 64 : 0);

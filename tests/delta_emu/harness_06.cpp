@@ -14,7 +14,7 @@
 // 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too; tm_o, tm_ht:
 // 14's TMA form, three tensor copies a chunk; t2_o, t2_ht: and WG_C's copies as one bulk and one
 // tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht and dtb_o, dtb_ht (07 then 10, 07 then 12,
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht and sgb_o, sgb_ht (17: bf16 inputs only) (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
@@ -30,6 +30,7 @@
 #include "delta/14_chunk_state_multicast.cu"
 #include "delta/15_chunk_state_diet.cu"
 #include "delta/16_chunk_state_wgrs.cu"
+#include "delta/17_chunk_state_single.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -424,5 +425,19 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/rsb_o", o6);
     write_f32(dir + "/rsb_ht", ht11);
+    // 17: 15 with P1 and P4 as one bf16 term (bf16 inputs only)
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    {
+        const TmaMap mg = tmap(gb.data(), 2), mk = tmap(kb.data(), 2), mq = tmap(qb.data(), 2), mv = vmap(vb.data(), 2);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
+            kda_chunk_state_single<K, V, C, BV>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
+                                                mg, mk, mq, mv, tamap(tab2.data()));
+        });
+    }
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/sgb_o", o6);
+    write_f32(dir + "/sgb_ht", ht11);
     return 0;
 }

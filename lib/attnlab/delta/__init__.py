@@ -14,6 +14,6 @@ log-space gates g ``[B, T, H, K]`` (≤ 0), beta ``[B, T, H]``, state ``[B, H, K
 """
 
 from .naive import kda_recurrent_fp64, random_inputs
-from .chunk import kda_chunk_fp64, chunk_stages_model
+from .chunk import kda_chunk_fp64, chunk_stages_model, chunk_rounding_model
 
-__all__ = ["kda_recurrent_fp64", "kda_chunk_fp64", "chunk_stages_model", "random_inputs"]
+__all__ = ["kda_recurrent_fp64", "kda_chunk_fp64", "chunk_stages_model", "chunk_rounding_model", "random_inputs"]

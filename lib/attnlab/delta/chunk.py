@@ -158,3 +158,69 @@ def chunk_stages_model(q, k, v, g, beta, scale: float | None = None, initial_sta
     flat = lambda a: a.reshape(B, H, NT * C, a.shape[-1])  # noqa: E731
     return dict(Akk=Akk, Aqk=Aqk, Qg=flat(Qg), Kd=flat(Kd), Kbg=flat(Kbg), gL=gL,
                 W=flat(W), U=flat(U), o=np.ascontiguousarray(o), final_state=S)
+
+
+# ----------------------------------------------------------------------------- rounding model
+
+#: The products of the tensor-core recurrence (13-17) whose operands :func:`chunk_rounding_model`
+#: can round to one bf16 term: P1 = [Kg; Qg] S, P2 = [T; A2] X, P4 = Kd^T V'.
+PRODUCTS = ("P1", "P2", "P4")
+
+
+def chunk_rounding_model(q, k, v, g, beta, scale: float | None = None, initial_state=None, *,
+                         round_inputs: bool = False, one_term: tuple = (), round_output: bool = False,
+                         chunk_size: int = 32):
+    """The recurrence of kernels 13-17 in float64, with chosen roundings to bf16 and nothing else.
+
+    Per chunk (G the cumulative gates, T = (I + Akk)^-1, A2 = Aqk T as 07 hands them over)::
+
+        X  = beta (v - Kg S),   Ob = Qg S                  (P1; Kg = k e^G, Qg = scale q e^G)
+        V' = T X,               o = Ob + A2 X              (P2)
+        S  = e^{G_L} S + Kd^T V'                           (P4; Kd = k e^{G_L - G})
+
+    ``round_inputs`` rounds q, k, v, g, beta to bf16 first (the bf16-I/O path's inputs); each product
+    named in ``one_term`` (of :data:`PRODUCTS`) multiplies its two operands rounded to bf16 once (what
+    a single bf16 wgmma sees; the kernels' three-term products are exact to ~2^-16 and are modelled
+    as exact); ``round_output`` rounds o to bf16. Returns ``(o [B, T, H, V], S [B, H, K, V])``.
+    Everything else is float64, so the difference from the unrounded model is what those roundings
+    cost. Any T ≥ 1 (the last chunk zero-padded)."""
+    from .tf32 import round_bf16
+
+    bad = set(one_term) - set(PRODUCTS)
+    if bad:
+        raise ValueError(f"one_term names products of {PRODUCTS}, got {sorted(bad)}")
+    rb = lambda a: round_bf16(np.asarray(a, np.float32)).astype(np.float64)  # noqa: E731
+    q, k, v, g, beta = (_as_f64(a) for a in (q, k, v, g, beta))
+    h0 = None if initial_state is None else _as_f64(initial_state)
+    B, T, H, K, V = check_shapes(q, k, v, g, beta, h0)
+    if round_inputs:
+        q, k, v, g, beta = (rb(a) for a in (q, k, v, g, beta))
+    C = int(chunk_size)
+    scale = K ** -0.5 if scale is None else float(scale)
+    r = {p: (rb if p in one_term else (lambda a: a)) for p in PRODUCTS}
+    qc, kc, vc, gc = (_pad_chunks(a, C) for a in (q, k, v, g))
+    bc = _pad_chunks(beta, C)
+    NT = qc.shape[2]
+    G = np.cumsum(gc, axis=-2)
+    S = np.zeros((B, H, K, V)) if h0 is None else h0.copy()
+    o = np.empty((B, H, NT, C, V))
+    eye = np.eye(C)
+    for n in range(NT):
+        Gn, qn, kn, vn, bn = G[:, :, n], qc[:, :, n], kc[:, :, n], vc[:, :, n], bc[:, :, n]
+        Akk = bn[..., None] * np.einsum("bhic,bhjc,bhijc->bhij", kn, kn, _pair_decay(Gn, strict=True))
+        Aqk = scale * np.einsum("bhic,bhjc,bhijc->bhij", qn, kn, _pair_decay(Gn, strict=False))
+        Tm = np.linalg.inv(eye + Akk)
+        A2 = Aqk @ Tm
+        Sr = r["P1"](S)
+        X = bn[..., None] * (vn - r["P1"](kn * np.exp(Gn)) @ Sr)
+        Ob = r["P1"](scale * qn * np.exp(Gn)) @ Sr
+        Xr = r["P2"](X)
+        Vp = r["P2"](Tm) @ Xr
+        o[:, :, n] = Ob + r["P2"](A2) @ Xr
+        GL = Gn[..., -1, :]
+        Kd = kn * np.exp(GL[..., None, :] - Gn)
+        S = np.exp(GL)[..., None] * S + np.swapaxes(r["P4"](Kd), -1, -2) @ r["P4"](Vp)
+    o = np.moveaxis(o, 1, 3).reshape(B, NT * C, H, V)[:, :T]
+    if round_output:
+        o = rb(o)
+    return np.ascontiguousarray(o), S

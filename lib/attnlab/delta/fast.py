@@ -39,7 +39,8 @@ BEST_IMPL = "lean"
 BF16_IO = "07+10 bf16 I/O"
 BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")),
                  ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")),
-                 ("07+15 bf16 I/O", "diet", ("07", "15")), ("07+16 bf16 I/O", "wgrs", ("07", "16")))
+                 ("07+15 bf16 I/O", "diet", ("07", "15")), ("07+16 bf16 I/O", "wgrs", ("07", "16")),
+                 ("07+17 bf16 I/O", "single", ("07", "17")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -238,10 +239,18 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
             del p
         tb = bf16_inputs(d)
         if tb is not None:
-            for label, impl, _ in bf16_io_impls():
+            prep_timed = False
+            for label, impl, steps in bf16_io_impls():
                 p = dk.prepare_tc(**tb, check_gate=False, impl=impl)
                 rows.append(_timed(p.run, budget_s, implementation=label, dtype="bf16", T=T,
                                    config=f"C=32 BV={p.bv}", stage="all"))
+                # each recurrence alone; 07 alone once, in the form 13-17 read (its A2 output)
+                rows.append(_timed(lambda p=p: p.run(stages=(2,)), budget_s, implementation=label, dtype="bf16",
+                                   T=T, config=f"C=32 BV={p.bv}", stage=steps[1]))
+                if impl in dk.PREP_A2_IMPLS and not prep_timed:
+                    rows.append(_timed(lambda p=p: p.run(stages=(1,)), budget_s, implementation=label, dtype="bf16",
+                                       T=T, config=f"C=32 BV={p.bv}", stage=steps[0]))
+                    prep_timed = True
                 del p
             del tb
         p = dk.prepare_chunk(**d, check_gate=False)
@@ -363,7 +372,7 @@ PRODUCER_STAMP_PHASES = {"wgmma": (("staged chunk read, next copies issued, wait
                                    ("fence, FULL", 2, 3))}
 PRODUCER_WARPS = {"wgmma": 4}
 #: 14 runs 13's chain and WG_E arithmetic; its WG_E waits on the tile's mbarrier and the cluster's release
-for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet"):
+for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet", "single"):
     CONSUMER_STAMP_PHASES[_mc] = CONSUMER_STAMP_PHASES["wgmma"]
     PRODUCER_STAMP_PHASES[_mc] = (("tile landed and read, (cluster released it,) next rows copied, "
                                    "wait for EMPTY", 0, 1),) + PRODUCER_STAMP_PHASES["wgmma"][1:]
@@ -385,10 +394,12 @@ def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: in
     """Median SM cycles of every phase of a recurrence kernel (10 by default; ``impl`` any key of
     :data:`CONSUMER_STAMP_PHASES`) per warp role, over chunks skip..STAMP_CHUNKS-1 of block (0, 0, 0)
     (the first chunks fill the pipeline), with the chunk period (stamp 0 to stamp 0 of the next chunk).
-    ``defines``: more macros for the build (a probe's variant). One tidy row per (role, warp, phase)."""
+    ``defines``: more macros for the build (a probe's variant). A bf16-only impl (17) runs on the inputs
+    rounded to bf16 (:func:`probe_inputs`). One tidy row per (role, warp, phase)."""
     if impl not in CONSUMER_STAMP_PHASES:
         raise ValueError(f"phase_cycles times impl {' or '.join(map(repr, CONSUMER_STAMP_PHASES))}, got {impl!r}")
     _, d = device_inputs(B, T, H, K, V, seed=seed)
+    d, _ = probe_inputs(d, impl)
     if -(-T // dk.FUSED_CHUNK) < STAMP_CHUNKS:
         raise ValueError(f"phase_cycles needs T >= {STAMP_CHUNKS * dk.FUSED_CHUNK} (stamps of "
                          f"{STAMP_CHUNKS} chunks), got {T}")
@@ -424,7 +435,9 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("14 tma, WG_C too, without input copies after chunk 0 (KDA_PROBE=4)", "tma2", {"KDA_PROBE": 4}),
                 ("14 tma, WG_C too, chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tma2", {"KDA_PROBE": 5}),
                 ("15", "diet", {}), ("15 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "diet", {"KDA_PROBE": 5}),
-                ("16", "wgrs", {}), ("16 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgrs", {"KDA_PROBE": 5}))
+                ("16", "wgrs", {}), ("16 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgrs", {"KDA_PROBE": 5}),
+                ("17 (bf16 I/O)", "single", {}),
+                ("17 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "single", {"KDA_PROBE": 5}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -473,18 +486,31 @@ def wgmma_rate_table(shapes=WGMMA_RATE_SHAPES, iters: int = 4096) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
+def probe_inputs(d: dict, impl: str) -> tuple[dict, str]:
+    """The inputs a probe of ``impl`` runs on and their storage type: ``d`` ("fp32"), or, for an impl
+    that takes bf16 inputs only (17), q, k, v, g, beta rounded to bf16 (:func:`bf16_inputs`; the
+    initial state stays fp32)."""
+    if impl not in dk.BF16_ONLY_IMPLS:
+        return d, "fp32"
+    tb = bf16_inputs(d)
+    if tb is None:
+        raise ValueError(f"impl={impl!r} runs on bf16 inputs only: it needs torch and a CUDA device")
+    return dict(tb, **({"initial_state": d["initial_state"]} if d.get("initial_state") is not None else {})), "bf16"
+
+
 def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
     """The recurrence alone (07's output in place) of 10 and 13 and of their probe builds
     (:data:`PROBE_BUILDS`), timed at T in one run: where each recurrence's time goes."""
     rows = []
-    ok = {x[1] for x in tc_impls()}
+    ok = {x[1] for x in tc_impls()} | {x[1] for x in bf16_io_impls()}   # 17: bf16 inputs (probe_inputs)
     _, d = device_inputs(B, T, H, K, V, seed=seed + T)
     for label, impl, defines in PROBE_BUILDS:
         if impl not in ok:
             continue
-        p = dk.prepare_tc(**d, check_gate=False, impl=impl, defines=defines or None)
+        x, io = probe_inputs(d, impl)
+        p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines or None)
         p.run()
-        rows.append(_timed(lambda p=p: p.run(stages=(2,)), budget_s, implementation=label, dtype="fp32", T=T,
+        rows.append(_timed(lambda p=p: p.run(stages=(2,)), budget_s, implementation=label, dtype=io, T=T,
                            config=f"C=32 BV={p.bv}", stage="recurrence"))
         del p
     df = pd.DataFrame(rows)
@@ -494,13 +520,13 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
 #: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs")
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single")   # single (17): on bf16 inputs
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:
     """:func:`phase_cycles` of each of ``impls`` this GPU runs, one frame with an ``implementation``
     column (empty where none runs)."""
-    ok = {x[1] for x in tc_impls()}
+    ok = {x[1] for x in tc_impls()} | {x[1] for x in bf16_io_impls()}   # 17: bf16 inputs (probe_inputs)
     frames = [phase_cycles(B, H, K, V, T, seed=seed, impl=i).assign(implementation=i) for i in impls if i in ok]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["role", "warp", "phase", "median_cycles", "implementation"])

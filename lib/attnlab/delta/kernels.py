@@ -15,7 +15,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   ``"tma"``: three TMA tensor copies a chunk; ``"tma2"``: and WG_C's T / A2 and v by one bulk and one
   tensor copy; ``"tma3"``: and three Kd^T buffers; sm_90a), → ``15`` (``"diet"``: 14 ``"tma2"`` with
   the element-wise warpgroup on fewer instructions; sm_90a), → ``16`` (``"wgrs"``: the chain turned around,
-  S^T in the accumulators and every A operand from registers, 64 value columns a block; sm_90a), → ``12`` (``"regs"``),
+  S^T in the accumulators and every A operand from registers, 64 value columns a block; sm_90a), → ``17``
+  (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -60,9 +61,16 @@ WS_THREADS = 512                 # 09-11: eight consumer warps, eight producer w
 CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed shared memory
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
-BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet", "wgrs")
-#: impls that run on bf16 inputs only (13 with two staging tiles: two fp32 tiles do not fit)
-BF16_ONLY_IMPLS = ("wgmma2",)
+BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
+              "wgrs", "single")
+#: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
+BF16_ONLY_WHY = {
+    "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
+               "impl='wgmma'"),
+    "single": ("17, P1 and P4 as one bf16 product", "its products are bf16-accurate (~1e-3), not the 1e-4 that fp32 "
+               "inputs are held to", "impl='diet'"),
+}
+BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
 
@@ -127,11 +135,15 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "15's element-wise arithmetic; the chain keeps S^T in its accumulators and takes every A operand "
                 "from registers (P1^T = S^T [Kg^T | Qg^T], X^T [T^T | A2^T], V'^T Kd): nothing of the chain through "
                 "shared memory, one barrier a chunk, 64 value columns a block"),
+    DeltaKernel("17", "delta/17_chunk_state_single.cu", "kda_chunk_state_single", "tc",
+                "recurrence on warpgroup MMAs for bf16 inputs, one-term products (sm_90a)", 90,
+                "15 with P1 and P4 as one bf16 wgmma each (8 and 4 a chunk in place of 24 and 12) and S^T, Kd^T "
+                "stored as bf16 only: with bf16 inputs their rounding, not the products', sets the error"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC) = (k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
@@ -742,13 +754,14 @@ STATE_IMPLS = {
              lambda K, V, BV, C=FUSED_CHUNK, bf16=False: mc_smem_words(K, V, BV, C, bf16, nkd=3)),
     "diet": (DIET_SRC, "kda_chunk_state_diet", WGMMA_THREADS, mc_smem_words),
     "wgrs": (WGRS_SRC, "kda_chunk_state_wgrs", WGMMA_THREADS, wgrs_smem_words),
+    "single": (SINGLE_SRC, "kda_chunk_state_single", WGMMA_THREADS, mc_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
 #: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
-TMA_IMPLS = ("tma", "tma2", "tma3", "diet")   # diet: 15, 14 "tma2" with WG_E on fewer instructions
+TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single")   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -790,11 +803,11 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15 or 16), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16 or 17), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
-        raise ValueError(f"impl={impl!r} (13 with two staging tiles) runs on bf16 inputs only: two fp32 tiles do not "
-                         "fit in a block's 227 KB of shared memory; pass impl='wgmma' or torch bfloat16 inputs")
+        what, why, instead = BF16_ONLY_WHY[impl]
+        raise ValueError(f"impl={impl!r} ({what}) runs on bf16 inputs only: {why}; pass {instead} or torch bfloat16 inputs")
     import cupy as cp
 
     from ..compile import load_kernel
@@ -889,7 +902,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_state_tma":   # (K, V, C, BV, BF[, TSLOT[, NKD]])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                  nkd=args[6] if len(args) > 6 else 2)
-    if function in ("kda_chunk_state_mc", "kda_chunk_state_diet"):   # (K, V, C, BV, BF[, CL, BSLOT])
+    if function in ("kda_chunk_state_mc", "kda_chunk_state_diet", "kda_chunk_state_single"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
@@ -961,6 +974,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                         out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
             for bf in (False, True):   # 14's TMA forms: WG_E's tile; and WG_C's copies
                 for impl in TMA_IMPLS:
+                    if impl in BF16_ONLY_IMPLS and not bf:
+                        continue
                     src, fn = STATE_IMPLS[impl][:2]
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
         for bf in (False, True):   # 16: 64 value columns a block, whatever the other steps' widths
@@ -972,6 +987,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                    "kda_chunk_state_wgrs"):
+                    "kda_chunk_state_wgrs", "kda_chunk_state_single"):
         return WGMMA_ARCH
     return arch

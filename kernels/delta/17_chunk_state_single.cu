@@ -1,0 +1,37 @@
+// 17 — chunked KDA for bf16 inputs: 15's recurrence with P1 and P4 as one bf16 product each.
+//
+// What changed from 15, and why. Every step before this one runs the chain's products as three bf16
+// products (hi x hi + hi x lo + lo x hi: fp32-class accuracy), for bf16 inputs too. With bf16 inputs
+// the error is set by the inputs' own rounding, not by the products: notebook 13's recording at
+// 1a23d7f has every bf16-I/O step at the same error, below fla's (which multiplies in bf16), and its
+// clock stamps put most of 15's chunk in its wgmmas (P1 24 of them, P4 12, P2 6). Here:
+//  * P1 ([Kg S; Qg S]) and P4 (S += Kd^T V') take one term: Kg, Qg, Kd^T and S rounded to bf16
+//    once (8 and 4 wgmmas a chunk in place of 24 and 12);
+//  * only the hi halves of S^T and Kd^T are stored (half the stmatrix of S^T, no lo tile);
+//  * P2 ([V'; A2 X] = [T; A2] X) keeps its three terms: T and A2 carry the chunk's triangular
+//    solve, and a float64 model of the rounding (attnlab.delta.fast.rounding_model, notebook 13)
+//    finds a single term there costing more error than P1 and P4 together.
+// The model, at the lab's inputs: rounding P1's and P4's operands adds little to the inputs' own
+// error; the notebook prints its table and the run's measured errors beside fla's.
+// For fp32 inputs this precision is not enough (the issue asks for rel. RMS < 1e-4): the launcher
+// runs 17 on bf16 inputs only.
+//
+// Launch: 15's (grid (V / BV, H, B), 256 threads, tensor maps of g, k, q, v and 07's output); 15's
+// shared memory (the lo tiles stay allocated, unused). Requires sm_90a.
+#include "14_chunk_state_multicast.cu"
+
+template <int K, int V, int C, int BV, bool BF = true>
+__global__ void __launch_bounds__(256, 1)
+kda_chunk_state_single(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+                       const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
+                       const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
+                       const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
+                       int T, int H, float scale,
+                       const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk,
+                       const __grid_constant__ TmaMap tq,      // g, k, q as (K, H, T, B), boxes of (K, 1, C, 1)
+                       const __grid_constant__ TmaMap tv,      // v as (V, H, T, B), boxes of (BV, 1, C, 1), swizzled
+                       const __grid_constant__ TmaMap tta) {   // 07's output as rows of C/2 words, boxes of 4C rows
+    static_assert(BF, "17 rounds P1 and P4 to one bf16 term: bf16 inputs only (fp32 inputs: 15)");
+    const TmaMap* maps[5] = {&tg, &tk, &tq, &tv, &tta};
+    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+}
