@@ -662,3 +662,70 @@ def step_gains(latency: pd.DataFrame, T: int) -> pd.DataFrame:
                          gain_vs_previous=(prev / ms) if prev and np.isfinite(ms) else np.nan))
         prev = ms if np.isfinite(ms) else prev
     return pd.DataFrame(rows)
+
+
+#: The roundings :func:`rounding_table` models: (label, bf16 inputs and o, products with one bf16 term)
+ROUNDING_CASES = (("fp32 inputs, products exact (the model's floor; 3xBF16 is ~2^-16 from it)", False, ()),
+                  ("bf16 inputs and o, three-term products (bf16 I/O of 10-16)", True, ()),
+                  ("bf16 I/O, P1 one term", True, ("P1",)),
+                  ("bf16 I/O, P2 one term", True, ("P2",)),
+                  ("bf16 I/O, P4 one term", True, ("P4",)),
+                  ("bf16 I/O, P1 and P4 one term (17)", True, ("P1", "P4")),
+                  ("bf16 I/O, every product one term", True, ("P1", "P2", "P4")))
+SINGLE_CASE = "bf16 I/O, P1 and P4 one term (17)"
+BF16_IO_CASE = "bf16 inputs and o, three-term products (bf16 I/O of 10-16)"
+
+
+def rounding_table(B: int = 1, T: int = 1024, H: int = 4, K: int = 128, V: int = 128, seed: int = 0,
+                   cases=ROUNDING_CASES) -> pd.DataFrame:
+    """Relative RMS error of o and of the final state, against the float64 recurrence on the fp32
+    inputs, of the float64 chunk model with each case's roundings (:func:`.chunk.chunk_rounding_model`):
+    what rounding the inputs and o to bf16 costs, and what each product taken as one bf16 term adds.
+    CPU only (NumPy); lab inputs with an initial state."""
+    from .chunk import chunk_rounding_model
+    from .naive import random_inputs
+
+    x = random_inputs(B, T, H, K, V, seed=seed, initial_state=True)
+    d = {n: x[n] for n in ("q", "k", "v", "g", "beta", "initial_state")}
+    ref_o, ref_s = kda_recurrent_fp64(**d, output_final_state=True)
+    rows = []
+    for label, bf, one in cases:
+        o, s = chunk_rounding_model(**d, round_inputs=bf, one_term=one, round_output=bf)
+        rows.append(dict(case=label, one_term=", ".join(one) or "none", rel_err_o=rel_error(o, ref_o),
+                         rel_err_state=rel_error(s, ref_s), B=B, T=T, H=H, K=K, V=V))
+    return pd.DataFrame(rows)
+
+
+def describe_rounding(table: pd.DataFrame) -> str:
+    """A generated sentence on :func:`rounding_table`: the worst of o / state error of the bf16-I/O
+    path with three-term products, with 17's roundings and with every product one term."""
+    worst = table.set_index("case")[["rel_err_o", "rel_err_state"]].max(axis=1)
+    base, single = worst[BF16_IO_CASE], worst[SINGLE_CASE]
+    every = worst["bf16 I/O, every product one term"]
+    costly = table.set_index("case").loc[[c for c, _, one in ROUNDING_CASES if len(one) == 1]]
+    top = costly[["rel_err_o", "rel_err_state"]].max(axis=1).idxmax()
+    return (f"In the model, bf16 inputs and o alone cost {base:.2e} (worst of o and state); taking P1 and P4 as one "
+            f"term (17) makes it {single:.2e} ({single / base:.2f}× that), every product one term {every:.2e} "
+            f"({every / base:.2f}×); of the single products, '{top}' costs the most.")
+
+
+def describe_bf16(latency: pd.DataFrame, T: int, goal: float = 2.5) -> list[str]:
+    """Generated lines on the bf16-I/O paths at T: the fastest, its ratio to fla bf16 and what the goal
+    asks of it, and where its time goes (07 and its recurrence, each timed alone in the same run)."""
+    rows = latency[(latency["T"] == T) & (latency["dtype"] == "bf16")]
+    labels = [x[0] for x in BF16_IO_IMPLS]
+    best = fastest(latency, labels, T, "bf16")
+    fla = _ms(latency, FLA, T, "bf16")
+    if best is None:
+        return []
+    ms = _ms(latency, best, T, "bf16")
+    lines = [f"- Fastest bf16-I/O path at T={T}: {best}, {ms:.3f} ms"
+             + (f", {fla / ms:.2f}× fla bf16 ({fla:.3f} ms); {goal:g}× needs ≤ {fla / goal:.3f} ms." if np.isfinite(fla) else ".")]
+    parts = rows[rows["implementation"] == best].set_index("stage")["median_ms"]
+    prep = rows[rows["stage"] == "07"]["median_ms"]
+    rec = parts.drop("all", errors="ignore")
+    if len(rec) and len(prep):
+        r = float(rec.iloc[0])
+        lines.append(f"- Its parts, each alone: 07 (bf16 inputs) {float(prep.iloc[0]):.3f} ms, recurrence {rec.index[0]} "
+                     f"{r:.3f} ms; their sum {float(prep.iloc[0]) + r:.3f} ms against {ms:.3f} ms for the call.")
+    return lines
