@@ -194,10 +194,11 @@ for impl in {impls!r}:
     p.run(stages=(1,))
     p.run(stages=(2,))
 tb = fast.bf16_inputs(d)
-if tb is not None:      # the bf16-I/O instantiations of 07 and 10
-    p = dk.prepare_tc(**tb, check_gate=False, impl=fast.BEST_IMPL)
-    p.run(stages=(1,))
-    p.run(stages=(2,))
+if tb is not None:      # the bf16-I/O instantiations of 07 and of each recurrence asked for (default: 10)
+    for impl in {bf_impls!r}:
+        p = dk.prepare_tc(**tb, check_gate=False, impl=impl)
+        p.run(stages=(1,))
+        p.run(stages=(2,))
 import cupy as cp; cp.cuda.Device().synchronize()
 """
 
@@ -219,28 +220,6 @@ def stage_latency(T_list, budget: float) -> pd.DataFrame:
     return pd.DataFrame(rows)[["implementation", "config", "T", "median_ms", "rel_iqr"]]
 
 
-def prep_order_latency(T_list, budget: float) -> pd.DataFrame:
-    """07<A2> alone, fp32 and bf16 I/O, in both grid orders (chunks along x; heads along x: its HX flag),
-    and whether the two orders write the same words."""
-    rows = []
-    for T in T_list:
-        _, d = db.device_inputs(2, T, 16, 128, 128, seed=T)
-        for io, x in (("fp32", d), ("bf16", fast.bf16_inputs(d))):
-            if x is None:
-                continue
-            words = {}
-            for hx in (False, True):
-                p = dk.prepare_tc(**x, check_gate=False, impl="diet", prep_hx=hx)
-                p.poison()
-                p.run(stages=(1,))
-                words[hx] = p.ws["TA"].get()
-                rows.append(db._timed(lambda p=p: p.run(stages=(1,)), budget, implementation=f"07<A2> alone, {io}",
-                                      config=f"HX={hx}", T=T))
-                del p
-            rows[-1]["same_words"] = bool(np.array_equal(words[False], words[True]))
-    return pd.DataFrame(rows)
-
-
 def ncu_counters(out: Path, T: int = 4096, impls=None) -> pd.DataFrame | None:
     from attnlab import ncu
 
@@ -249,7 +228,8 @@ def ncu_counters(out: Path, T: int = 4096, impls=None) -> pd.DataFrame | None:
         print("ncu not found: no counters", flush=True)
         return None
     target = out / "ncu_target.py"
-    target.write_text(NCU_TARGET.format(T=T, impls=[i for i in TWO_KERNEL if impls is None or i in impls]))
+    bf_impls = [i for i in dk.BF16_IMPLS if impls is not None and i in impls] or [fast.BEST_IMPL]
+    target.write_text(NCU_TARGET.format(T=T, impls=[i for i in TWO_KERNEL if impls is None or i in impls], bf_impls=bf_impls))
     cmd = ncu.build_command([sys.executable, str(target)], metrics=NCU_METRICS, kernel_regex="kda_chunk",
                             ncu=exe)
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
@@ -282,15 +262,10 @@ def main() -> None:
                     help="in place of the correctness grid: one edge case per impl against float64 and against 13")
     ap.add_argument("--build", nargs=2, action="append", default=[], metavar=("IMPL", "KEY=VAL[,KEY=VAL]"),
                     help="also check and time IMPL built with these macros (e.g. diet3 KDA_P1_CHAINS=3)")
-    ap.add_argument("--prep-order", action="store_true", help="also 07 alone in both grid orders (HX)")
     a = ap.parse_args()
     builds = [(i, {kv.split("=")[0]: int(kv.split("=")[1]) for kv in spec.split(",")}) for i, spec in a.build]
     out = Path(a.out)
     pd.set_option("display.width", 220)
-    if a.prep_order:
-        po = prep_order_latency(a.T, a.budget)
-        po.to_csv(out / "prep_order.csv", index=False)
-        print(po.to_string(), flush=True)
     if a.stages_only:
         st = stage_latency(a.T, a.budget)
         st.to_csv(out / "stage_latency.csv", index=False)

@@ -385,8 +385,8 @@ def test_wgmma_family_stamps_and_generated_lines():
         "- 13 without input copies after chunk 0 (KDA_PROBE=4): 0.900 ms against 1.500 ms for 13 as built "
         "(+0.600 ms is what the build took away).",
         "- 14 bulk: 3.000 ms, 0.50× 13's speed (slower)."]
-    # probe_latency times the ladder's impls only: a probe build of another would be dropped unseen
-    assert {impl for _, impl, _ in fast.PROBE_BUILDS} <= {impl for _, impl, _ in fast.TC_IMPLS}
+    # probe_latency times the ladder's impls only (17 on bf16 inputs): a probe build of another would be dropped unseen
+    assert {impl for _, impl, _ in fast.PROBE_BUILDS} <= {impl for _, impl, _ in fast.TC_IMPLS + fast.BF16_IO_IMPLS}
     # a probe build of 14's tensor-copy form is set against that form as built, not against 13 or "14"
     probes = pd.DataFrame(dict(implementation=["13", "14 tma, WG_C too",
                                                "14 tma, WG_C too, without input copies after chunk 0 (KDA_PROBE=4)"],

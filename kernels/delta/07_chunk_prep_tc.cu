@@ -20,9 +20,6 @@
 // With A2 (for 13, whose recurrence multiplies X by T and by Aqk T in one warpgroup MMA) the third
 // and fourth arrays hold A2 = Aqk T instead of Aqk (O = Qg S + Aqk V' = Qg S + (Aqk T) X): a 3xBF16
 // product of the two from their hi/lo words, split like the others.
-// With HX the grid runs (H, NC, B): blocks launched one after another take the heads of one chunk, whose
-// rows lie side by side in memory ([B, T, H, K]), in place of one head's chunks, each row of which is
-// a K-element piece 2 H K bytes (fp32: 4 H K) from the next.
 // q, k and g are read straight from global memory into registers (each thread two adjacent
 // channels of C / NQ rows), so shared memory holds only the products' operands: ~73 KB, three
 // blocks per SM.
@@ -52,8 +49,7 @@ struct KdaPrepLayout {
 };
 
 template <int K, int C, bool BF = false,   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
-          bool A2 = false,                 // A2: write Aqk T in place of Aqk (kernel 13)
-          bool HX = false>                 // HX: grid (H, NC, B), the heads of a chunk launched together
+          bool A2 = false>                 // A2: write Aqk T in place of Aqk (kernel 13)
 __global__ void __launch_bounds__(256, 3)
 kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
@@ -89,7 +85,7 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
     const int g8 = lane / 4, t4 = lane % 4;
-    const int n = HX ? blockIdx.y : blockIdx.x, h = HX ? blockIdx.x : blockIdx.y, b = blockIdx.z;
+    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const long long TT = T;
     const int NC = (T + C - 1) / C;
     const long long t0 = (long long)n * C;

@@ -87,11 +87,9 @@
 // The kernel body of every form: CL blocks per cluster, WG_C's copies as cp.async pieces, row bulk
 // copies or one bulk and one tensor copy (SLOT 0, 1, 2: kda_wg_chain), the tile as three tensor copies
 // (TMA; maps: g, k, q, and v and 07's output for SLOT 2; CL = 1), three Kd^T buffers (NKD = 3),
-// WG_E's operands with fewer instructions (DIET: step 15), and P1 and P4 as one bf16 term (ONE: step 17)
-// with NST = 2 staging tiles (17: chunk n + 2's tensor copies issued once chunk n's tile is read, each
-// tile completing on its own mbarrier, the fifth).
+// WG_E's operands with fewer instructions (DIET: step 15), and P1 and P4 as one bf16 term (ONE: step 17).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
-          bool ONE = false, int NST = 1>
+          bool ONE = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -102,8 +100,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     static_assert(SLOT != 2 || TMA, "WG_C's tensor copies come with the tensor-copy form");
     static_assert(KDA_PROBE != 5 || NKD == 2, "probe 5 hands buffers over as NKD = 2 does");
     static_assert(KDA_PROBE != 4 || CL == 1, "probe 4 reuses the block's own tile");
-    static_assert(NST == 1 || (NST == 2 && TMA && KDA_PROBE != 4), "two staging tiles: the tensor-copy form, no probe 4");
-    using L = KdaWgLayout<K, V, C, BV, BF, NST == 1 ? 4 : 5, NST, SLOT == 2, NKD, DIET, ONE>;   // 13's layout; FULL_T, EMPTY_T, WG_C's two slots
+    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2, NKD, DIET, ONE>;   // 13's layout; FULL_T, EMPTY_T, WG_C's two slots
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
@@ -121,7 +118,6 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         mbar_init(empty_t, CL);    // one arrival from each block of the cluster: it has read the tile
         mbar_init(full_t + 16, 1);   // WG_C's copy slots (BSLOT): the arrival that announces the bytes
         mbar_init(full_t + 24, 1);
-        if constexpr (NST == 2) mbar_init(full_t + 32, 1);   // the second staging tile's
         mbar_init_fence();
     }
     if constexpr (CL > 1) cluster_sync();   // every block's barriers exist before any copy or remote arrival
@@ -134,14 +130,12 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         const unsigned rank = cluster_ctarank();
         const TIn* const stg = reinterpret_cast<const TIn*>(cx.sm + L::OFF_STG);
         constexpr unsigned ROW = K * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
-        auto full_of = [&](int n) { return NST == 1 ? full_t : full_t + (n % NST ? 32u : 0u); };   // tile n % NST's
         auto copy_in = [&](int n) {   // warp 4: this block's share of chunk n's rows, to every block
-            const unsigned full = full_of(n);
-            if (e == 0) mbar_arrive_expect_tx(full, TILE);   // each block receives the whole tile
+            if (e == 0) mbar_arrive_expect_tx(full_t, TILE);   // each block receives the whole tile
             if constexpr (TMA) {   // one box per array: K channels x C tokens of head h, batch b
                 if (e == 0)
                     for (int ar = 0; ar < 3; ++ar)
-                        tma_load_4d(cx.base + L::OFF_STG + (n % NST) * TILE + ar * C * ROW, maps[ar], 0, h, n * C, b, full);
+                        tma_load_4d(cx.base + L::OFF_STG + ar * C * ROW, maps[ar], 0, h, n * C, b, full_t);
                 return;
             }
             for (int idx = (int)rank + CL * e; idx < 3 * C; idx += CL * 32) {
@@ -158,19 +152,17 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             xb = t < TT ? beta[(b * TT + t) * H + h] : TIn(0);
         };
         if (e < 32) copy_in(0);
-        if (NST == 2 && e < 32 && 1 < NC) copy_in(1);
         load_beta(0);
         for (int n = 0; n < NC; ++n) {
             KDA_STAMP(0);
-            if (KDA_PROBE != 4 || n == 0) mbar_wait(full_of(n), (n / NST) & 1);   // chunk n's tile has landed here (probe 4: chunk 0's, reused)
-            const TIn* const stn = stg + (n % NST) * (3 * C * K);
+            if (KDA_PROBE != 4 || n == 0) mbar_wait(full_t, n & 1);   // chunk n's tile has landed here (probe 4: chunk 0's, reused)
             TIn xg[TPT], xk[TPT], xq[TPT];
 #pragma unroll
             for (int u = 0; u < TPT; ++u) {
                 const bool in = (long long)n * C + tok0 + u < TT;
-                xg[u] = in ? stn[(0 * C + tok0 + u) * K + c] : TIn(0);
-                xk[u] = in ? stn[(1 * C + tok0 + u) * K + c] : TIn(0);
-                xq[u] = in ? stn[(2 * C + tok0 + u) * K + c] : TIn(0);
+                xg[u] = in ? stg[(0 * C + tok0 + u) * K + c] : TIn(0);
+                xk[u] = in ? stg[(1 * C + tok0 + u) * K + c] : TIn(0);
+                xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : TIn(0);
             }
             const float bl = kda_widen1<BF>(xb);
             named_bar_sync(BAR_PROD, 128);                            // everyone here has read the tile
@@ -180,7 +172,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                         for (int r = 0; r < CL; ++r) mbar_arrive_cluster(empty_t, (unsigned)r);   // ... tell every block
                     if (e < 32) mbar_wait_cluster(empty_t, n & 1);    // every block has read its tile
                 }
-                if (e < 32 && KDA_PROBE != 4 && n + NST < NC) copy_in(n + NST);   // into the tile just read
+                if (e < 32 && KDA_PROBE != 4) copy_in(n + 1);
                 load_beta(n + 1);
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)

@@ -493,9 +493,6 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
-#ifdef KDA_P2_ONE   // probe only: P2 as one term too
-            if constexpr (L::ONE) { wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), s > 0); continue; }
-#endif
             wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(sx_a + 32 * s), s > 0);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 64 + 32 * s), 1);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), 1);

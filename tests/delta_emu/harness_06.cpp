@@ -430,8 +430,7 @@ int main(int argc, char** argv) {
     std::fill(ht11.begin(), ht11.end(), nan);
     {
         const TmaMap mg = tmap(gb.data(), 2), mk = tmap(kb.data(), 2), mq = tmap(qb.data(), 2), mv = vmap(vb.data(), 2);
-        using LSB = KdaWgLayout<K, V, C, BV, true, KDA_NST17 == 1 ? 4 : 5, KDA_NST17, true, 2, true, true>;
-        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LSB::NTH, (size_t)LSB::SMEM_BYTES, [&] {
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LMB::NTH, (size_t)LMB::SMEM_BYTES, [&] {
             kda_chunk_state_single<K, V, C, BV>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
                                                 has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
                                                 mg, mk, mq, mv, tamap(tab2.data()));

@@ -623,12 +623,6 @@ def mc_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = Fa
     return wgmma_smem_words(K, V, BV, C, bf16, nkd=nkd) + 8
 
 
-def single_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = True) -> int:
-    """Dynamic shared memory of ``kda_chunk_state_single`` (17) in words: 15's on the bf16 path, plus
-    a second staging tile of g, k, q (3 x C x K bf16) and its mbarrier."""
-    return mc_smem_words(K, V, BV, C, bf16=True) + 3 * C * K * 2 // 4 + 2
-
-
 WGRS_BV = 64   # 16: the chain's accumulator rows are a block's value columns (the wgmma's M)
 
 
@@ -681,7 +675,6 @@ class TcPlan:
     chunk_size: int = FUSED_CHUNK
     io: str = "fp32"          # "bf16": o holds bf16 bit patterns (int16); run() returns a torch view
     state_maps: tuple = ()    # the recurrence's trailing tensor-map arguments (14's TMA form: g, k, q)
-    prep_hx: bool = False     # 07's grid (H, NC, B): a chunk's heads launched together (07's HX flag)
 
     @property
     def state_kernel(self) -> str:
@@ -704,8 +697,7 @@ class TcPlan:
         _, _, threads, words = STATE_IMPLS[self.impl]
         threads = threads(self.bv) if callable(threads) else threads
         state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1), smem=4 * words(K, V, self.bv))
-        return {"prep": dict(grid=(H, NC, B) if self.prep_hx else (NC, H, B), block=(FUSED_THREADS, 1, 1),
-                             smem=4 * prep_smem_words(K)),
+        return {"prep": dict(grid=(NC, H, B), block=(FUSED_THREADS, 1, 1), smem=4 * prep_smem_words(K)),
                 "state": state}
 
     def poison(self) -> None:
@@ -762,7 +754,8 @@ STATE_IMPLS = {
              lambda K, V, BV, C=FUSED_CHUNK, bf16=False: mc_smem_words(K, V, BV, C, bf16, nkd=3)),
     "diet": (DIET_SRC, "kda_chunk_state_diet", WGMMA_THREADS, mc_smem_words),
     "wgrs": (WGRS_SRC, "kda_chunk_state_wgrs", WGMMA_THREADS, wgrs_smem_words),
-    "single": (SINGLE_SRC, "kda_chunk_state_single", WGMMA_THREADS, single_smem_words),
+    "single": (SINGLE_SRC, "kda_chunk_state_single", WGMMA_THREADS,   # bf16 inputs only: their tiles' size
+               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -797,13 +790,11 @@ def state_extra_args(impl: str, V: int, bv: int) -> tuple:
 
 
 DEFAULT_TC_IMPL = "lean"
-#: 07's grid order by default: (H, NC, B) when True (its HX flag: a chunk's heads launched together)
-PREP_HX = False
 
 
 def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                output_final_state: bool = False, bv: int | None = None, check_gate: bool = True,
-               impl: str = DEFAULT_TC_IMPL, defines: dict | None = None, prep_hx: bool | None = None) -> TcPlan:
+               impl: str = DEFAULT_TC_IMPL, defines: dict | None = None) -> TcPlan:
     """Validate, allocate and compile once; ``run()`` only launches (07 and a recurrence of
     :data:`STATE_IMPLS`, or 06). ``defines`` go to the recurrence kernel's compiler (probe builds only).
 
@@ -856,8 +847,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     else:
         src, fn, _, words = STATE_IMPLS[impl]
         bf = io == "bf16"     # 07 and the BF16_IMPLS recurrences take it after (K, V, C, BV)
-        prep_hx = PREP_HX if prep_hx is None else bool(prep_hx)
-        prep_args = (K, C, bf, impl in PREP_A2_IMPLS) + ((True,) if prep_hx else ())   # 07's A2 flag: Aqk T (13); HX
+        prep_args = (K, C, bf, impl in PREP_A2_IMPLS)   # 07's A2 flag: Aqk T in place of Aqk (13)
         kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", prep_args),
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + state_extra_args(impl, V, bv),
@@ -885,8 +875,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                      tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, 4 * C, swizzle=64))
         else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
             maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
-    return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps,
-                  prep_hx=prep_hx if impl != "fused" else False)
+    return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
 
 
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
@@ -914,9 +903,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_state_tma":   # (K, V, C, BV, BF[, TSLOT[, NKD]])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                  nkd=args[6] if len(args) > 6 else 2)
-    if function == "kda_chunk_state_single":   # (K, V, C, BV, BF)
-        return 4 * single_smem_words(args[0], args[1], args[3], args[2])
-    if function in ("kda_chunk_state_mc", "kda_chunk_state_diet"):   # (K, V, C, BV, BF[, CL, BSLOT])
+    if function in ("kda_chunk_state_mc", "kda_chunk_state_diet", "kda_chunk_state_single"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
