@@ -158,7 +158,8 @@ FLASH_B, FLASH_H, FLASH_N, FLASH_D = 2, 8, 4096, (64, 128)
 def _delta_13_plan() -> tuple:
     """Notebook 13's launches: the three-kernel form's state pass, then every tensor-core impl of
     attnlab.delta.fast.TC_IMPLS (06 whole; of each two-kernel impl its recurrence, and 07 once), and
-    the bf16-I/O paths (attnlab.delta.fast.BF16_IO_IMPLS). Derived from the registry and TC_IMPLS, so a new
+    the bf16-I/O paths (attnlab.delta.fast.BF16_IO_IMPLS); 07 with its A2 output at fp32 and bf16 I/O,
+    and the recurrences that run on bf16 inputs only (17). Derived from the registry and TC_IMPLS, so a new
     delta step is profiled without an edit here."""
     from attnlab.delta import fast, kernels as dk
 
@@ -174,6 +175,13 @@ def _delta_13_plan() -> tuple:
         plan.append((name, steps[1], dict(impl=impl, stages=(2,))))
         if impl in {x[1] for x in fast.BF16_IO_IMPLS}:
             plan.append((f"{steps[1]} {role[steps[1]]}, bf16 I/O", steps[1], dict(impl=impl, stages=(2,), io="bf16")))
+    # 07 in the form 13-17 read (its A2 output), fp32 and bf16 inputs; the bf16-only recurrences (17)
+    a2 = next(x[1] for x in fast.BF16_IO_IMPLS if x[1] in dk.PREP_A2_IMPLS)
+    plan.append(("07 prep, A2 (13-17)", "07", dict(impl=a2, stages=(1,))))
+    plan.append(("07 prep, A2 (13-17), bf16 I/O", "07", dict(impl=a2, stages=(1,), io="bf16")))
+    for label, impl, steps in fast.BF16_IO_IMPLS:
+        if impl in dk.BF16_ONLY_IMPLS:
+            plan.append((f"{steps[1]} {role[steps[1]]} ({label})", steps[1], dict(impl=impl, stages=(2,), io="bf16")))
     return tuple(plan)
 
 

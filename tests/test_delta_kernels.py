@@ -749,3 +749,28 @@ def test_wgmma_rate_benchmark_builds_for_every_shape():
         assert shape in r.ptx and "%clock64" in r.ptx, r.name
         operands = r.ptx.split(shape)[1].split(";")[0]   # {accumulators}, A ({registers} or a descriptor), B, ...
         assert ("}, {%r" in operands) == rs, (r.name, operands[-80:])
+
+
+def test_rounding_table_and_generated_bf16_lines():
+    """fast.rounding_table (the float64 model of the bf16 roundings, CPU) orders its cases as the maths
+    says, and the notebook's generated lines (describe_rounding, describe_bf16) quote the table's values."""
+    import pandas as pd
+
+    from attnlab.delta import fast
+
+    t = fast.rounding_table(T=96, H=2, K=64, V=64).set_index("case")
+    worst = t[["rel_err_o", "rel_err_state"]].max(axis=1)
+    assert worst.iloc[0] < 1e-12 < 1e-3 < worst[fast.BF16_IO_CASE]
+    assert worst[fast.BF16_IO_CASE] <= worst[fast.SINGLE_CASE] <= worst["bf16 I/O, every product one term"]
+    line = fast.describe_rounding(t.reset_index())
+    assert f"{worst[fast.BF16_IO_CASE]:.2e}" in line and f"{worst[fast.SINGLE_CASE]:.2e}" in line
+    lab = "07+17 bf16 I/O"
+    lat = pd.DataFrame([dict(implementation=lab, dtype="bf16", T=16384, stage="all", median_ms=1.2),
+                        dict(implementation=lab, dtype="bf16", T=16384, stage="17", median_ms=0.8),
+                        dict(implementation="07+15 bf16 I/O", dtype="bf16", T=16384, stage="all", median_ms=1.4),
+                        dict(implementation="07+15 bf16 I/O", dtype="bf16", T=16384, stage="07", median_ms=0.4),
+                        dict(implementation=fast.FLA, dtype="bf16", T=16384, stage="all", median_ms=1.92)])
+    lines = fast.describe_bf16(lat, 16384)
+    assert lines[0] == f"- Fastest bf16-I/O path at T=16384: {lab}, 1.200 ms, 1.60× fla bf16 (1.920 ms); 2.5× needs ≤ 0.768 ms."
+    assert lines[1] == "- Its parts, each alone: 07 (bf16 inputs) 0.400 ms, recurrence 17 0.800 ms; their sum 1.200 ms against 1.200 ms for the call."
+    assert fast.describe_bf16(lat[lat["implementation"] == fast.FLA], 16384) == []

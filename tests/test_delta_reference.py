@@ -206,3 +206,35 @@ def test_3xtf32_reaches_fp32_accuracy_where_one_pass_does_not():
     assert err(matmul_tf32(a, b, passes=3)) < 1e-6
     with pytest.raises(ValueError, match="passes"):
         matmul_tf32(a, b, passes=2)
+
+
+def test_chunk_rounding_model_rounds_only_what_it_is_told():
+    """attnlab.delta.chunk_rounding_model: unrounded it is the recurrence; bf16 inputs give the
+    recurrence on rounded inputs; over one chunk from a zero state P1 has nothing to round (S = 0) and
+    P4's one term is round(Kd)^T round(V') with V' = U from the stage model, independently built."""
+    from attnlab.delta import chunk_rounding_model
+    from attnlab.delta.tf32 import round_bf16
+
+    x = random_inputs(1, 70, 2, 64, 64, seed=4, initial_state=True)
+    d = {n: x[n] for n in ("q", "k", "v", "g", "beta", "initial_state")}
+    ro, rs = kda_recurrent_fp64(**d, output_final_state=True)
+    o, s = chunk_rounding_model(**d)
+    assert np.abs(o - ro).max() < 1e-10 and np.abs(s - rs).max() < 1e-10
+    xb = {n: round_bf16(d[n]).astype(np.float64) for n in ("q", "k", "v", "g", "beta")}
+    bo, bs = kda_recurrent_fp64(**xb, initial_state=d["initial_state"], output_final_state=True)
+    o, s = chunk_rounding_model(**d, round_inputs=True, round_output=True)
+    assert np.array_equal(o, round_bf16(bo.astype(np.float32)).astype(np.float64)) or \
+        np.mean(o != round_bf16(bo.astype(np.float32))) < 1e-3   # a last-bit tie at most
+    assert np.abs(s - bs).max() < 1e-10
+    one = {n: d[n][:, :32] for n in ("q", "k", "v", "g", "beta")}
+    o0, s0 = chunk_rounding_model(**one)
+    o1, s1 = chunk_rounding_model(**one, one_term=("P1", "P4"))
+    assert np.array_equal(o0, o1), "from a zero state, rounding P1 or P4 cannot change the first chunk's o"
+    m = chunk_stages_model(**one, chunk_size=32, dtype=np.float64)
+    kd, u = m["Kd"][0], m["U"][0]                       # [H, 32, K], [H, 32, V]
+    want = np.einsum("hck,hcv->hkv", round_bf16(kd.astype(np.float32)).astype(np.float64),
+                     round_bf16(u.astype(np.float32)).astype(np.float64))
+    assert np.abs(s1[0] - want).max() < 1e-9 * np.abs(want).max()
+    assert rel(s1, s0) > 1e-4, "the one-term state must differ from the exact one"
+    with pytest.raises(ValueError, match="one_term names products of"):
+        chunk_rounding_model(**one, one_term=("P3",))
