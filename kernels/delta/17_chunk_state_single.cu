@@ -24,6 +24,10 @@
 // shared memory (the lo tiles stay allocated, unused). Requires sm_90a.
 #include "14_chunk_state_multicast.cu"
 
+#ifndef KDA_NKD17
+#define KDA_NKD17 2   // probe builds: 3 (14's "tma3" rings)
+#endif
+
 template <int K, int V, int C, int BV, bool BF = true>
 __global__ void __launch_bounds__(256, 1)
 kda_chunk_state_single(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
@@ -37,5 +41,5 @@ kda_chunk_state_single(const typename KdaIn<BF>::T* __restrict__ q, const typena
                        const __grid_constant__ TmaMap tta) {   // 07's output as rows of C/2 words, boxes of 4C rows
     static_assert(BF, "17 rounds P1 and P4 to one bf16 term: bf16 inputs only (fp32 inputs: 15)");
     const TmaMap* maps[5] = {&tg, &tk, &tq, &tv, &tta};
-    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+    kda_mc_body<K, V, C, BV, BF, 1, 2, true, KDA_NKD17, true, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }
