@@ -20,6 +20,10 @@
 // With A2 (for 13, whose recurrence multiplies X by T and by Aqk T in one warpgroup MMA) the third
 // and fourth arrays hold A2 = Aqk T instead of Aqk (O = Qg S + Aqk V' = Qg S + (Aqk T) X): a 3xBF16
 // product of the two from their hi/lo words, split like the others.
+// Every row's q, k, g loads are issued before the gates' running sums use any of them: the same
+// arithmetic, bit for bit. (A probe's Nsight Compute counters, not recorded, had the bf16 form of the
+// earlier order, which widened each row's g inside that row's branch, stalled on its loads 3.5x as
+// often per issued instruction as the fp32 form; notebook 13 times 07 alone at both.)
 // q, k and g are read straight from global memory into registers (each thread two adjacent
 // channels of C / NQ rows), so shared memory holds only the products' operands: ~73 KB, three
 // blocks per SM.
@@ -101,18 +105,25 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
     float G[RPG][2];
     typename KdaRaw2<BF>::T xq[RPG], xk[RPG];   // as loaded: widened after the barrier (delta_io.cuh)
     {
-        float run0 = 0.f, run1 = 0.f;
+        // every row's loads first, the running sums after: a sum that widens row ii's g before row
+        // ii + 1 is loaded makes each row wait for the last (on the bf16 path the widening sat inside
+        // each row's branch: Nsight Compute counted 3.5x fp32's long-scoreboard stalls per issue)
+        typename KdaRaw2<BF>::T xg[RPG];
 #pragma unroll
         for (int ii = 0; ii < RPG; ++ii) {
             const long long tt = t0 + r0 + ii;
-            float2 gg = make_float2(0.f, 0.f);
-            xq[ii] = xk[ii] = kda_raw2_zero<BF>();
+            xg[ii] = xq[ii] = xk[ii] = kda_raw2_zero<BF>();
             if (tt < TT) {
                 const long long o = kda_bthd(b, tt, h, c0, TT, H, K);
-                gg = kda_ld2<BF>(g + o);
+                xg[ii] = kda_raw2<BF>(g + o);
                 xq[ii] = kda_raw2<BF>(q + o);
                 xk[ii] = kda_raw2<BF>(k + o);
             }
+        }
+        float run0 = 0.f, run1 = 0.f;
+#pragma unroll
+        for (int ii = 0; ii < RPG; ++ii) {
+            const float2 gg = kda_widen2<BF>(xg[ii]);
             run0 += gg.x * KDA_LOG2E;
             run1 += gg.y * KDA_LOG2E;
             G[ii][0] = run0; G[ii][1] = run1;

@@ -755,7 +755,7 @@ STATE_IMPLS = {
     "diet": (DIET_SRC, "kda_chunk_state_diet", WGMMA_THREADS, mc_smem_words),
     "wgrs": (WGRS_SRC, "kda_chunk_state_wgrs", WGMMA_THREADS, wgrs_smem_words),
     "single": (SINGLE_SRC, "kda_chunk_state_single", WGMMA_THREADS,   # bf16 inputs only: their tiles' size
-               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True, nkd=3)),
+               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
