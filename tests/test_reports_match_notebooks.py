@@ -11,10 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted((ROOT / "reports").glob("*/[0-9][0-9]_*.ipynb"))
 #: Reports known to predate their notebook, with why; each is shown as an expected failure, never
 #: silently passed. Remove an entry once the notebook's report is re-recorded.
-STALE: dict[str, str] = {
-    "h200/13_fast_delta": "recorded at 1a23d7f; since then one generated sentence names the fastest step (it named "
-                          "fast.BEST, 07+10, beside the fastest step's ratio): re-record on the next device session",
-}
+STALE: dict[str, str] = {}
 
 
 def _sources(path: Path) -> list[tuple[str, str]]:
