@@ -773,4 +773,10 @@ def test_rounding_table_and_generated_bf16_lines():
     lines = fast.describe_bf16(lat, 16384)
     assert lines[0] == f"- Fastest bf16-I/O path at T=16384: {lab}, 1.200 ms, 1.60× fla bf16 (1.920 ms); 2.5× needs ≤ 0.768 ms."
     assert lines[1] == "- Its parts, each alone: 07 (bf16 inputs) 0.400 ms, recurrence 17 0.800 ms; their sum 1.200 ms against 1.200 ms for the call."
+    # a path whose own 07 row is timed (07+15) is still described by its own recurrence, not by its 07 row
+    faster15 = lat.assign(median_ms=lat["median_ms"].where(lat["implementation"] != "07+15 bf16 I/O", 0.9))
+    faster15 = pd.concat([faster15, pd.DataFrame([dict(implementation="07+15 bf16 I/O", dtype="bf16", T=16384,
+                                                       stage="15", median_ms=0.5)])])
+    assert fast.describe_bf16(faster15, 16384)[1] == ("- Its parts, each alone: 07 (bf16 inputs) 0.900 ms, recurrence 15 "
+                                                      "0.500 ms; their sum 1.400 ms against 0.900 ms for the call.")
     assert fast.describe_bf16(lat[lat["implementation"] == fast.FLA], 16384) == []

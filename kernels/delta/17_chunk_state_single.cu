@@ -9,7 +9,8 @@
 //    once (8 and 4 wgmmas a chunk in place of 24 and 12);
 //  * only the hi halves of S^T and Kd^T are stored (half the stmatrix of S^T, no lo tile);
 //  * P2 ([V'; A2 X] = [T; A2] X) keeps its three terms: T and A2 carry the chunk's triangular
-//    solve, and a float64 model of the rounding (attnlab.delta.fast.rounding_model, notebook 13)
+//    solve, and a float64 model of the rounding (attnlab.delta.chunk_rounding_model; its table in
+//    notebook 13 is attnlab.delta.fast.rounding_table)
 //    finds a single term there costing more error than P1 and P4 together.
 // The model, at the lab's inputs: rounding P1's and P4's operands adds little to the inputs' own
 // error; the notebook prints its table and the run's measured errors beside fla's.

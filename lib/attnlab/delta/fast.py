@@ -721,11 +721,11 @@ def describe_bf16(latency: pd.DataFrame, T: int, goal: float = 2.5) -> list[str]
     ms = _ms(latency, best, T, "bf16")
     lines = [f"- Fastest bf16-I/O path at T={T}: {best}, {ms:.3f} ms"
              + (f", {fla / ms:.2f}× fla bf16 ({fla:.3f} ms); {goal:g}× needs ≤ {fla / goal:.3f} ms." if np.isfinite(fla) else ".")]
-    parts = rows[rows["implementation"] == best].set_index("stage")["median_ms"]
-    prep = rows[rows["stage"] == "07"]["median_ms"]
-    rec = parts.drop("all", errors="ignore")
+    prep_step, rec_step = {lab: steps for lab, _, steps in BF16_IO_IMPLS}[best]
+    rec = rows[(rows["implementation"] == best) & (rows["stage"] == rec_step)]["median_ms"]
+    prep = rows[rows["stage"] == prep_step]["median_ms"]   # timed once, in the A2 form 13-17 read
     if len(rec) and len(prep):
-        r = float(rec.iloc[0])
-        lines.append(f"- Its parts, each alone: 07 (bf16 inputs) {float(prep.iloc[0]):.3f} ms, recurrence {rec.index[0]} "
-                     f"{r:.3f} ms; their sum {float(prep.iloc[0]) + r:.3f} ms against {ms:.3f} ms for the call.")
+        p_ms, r_ms = float(prep.iloc[0]), float(rec.iloc[0])
+        lines.append(f"- Its parts, each alone: {prep_step} (bf16 inputs) {p_ms:.3f} ms, recurrence {rec_step} "
+                     f"{r_ms:.3f} ms; their sum {p_ms + r_ms:.3f} ms against {ms:.3f} ms for the call.")
     return lines
