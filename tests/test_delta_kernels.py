@@ -204,7 +204,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "stmatrix" not in r.ptx and "mma.sync" not in r.ptx
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                      "kda_chunk_state_single"):
+                      "kda_chunk_state_single", "kda_chunk_state_ahead"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -220,8 +220,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster" in r.ptx
         assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
         assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx and ".reqnctapercluster" in r.ptx
-    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single"):
-        # 14's TMA form (and 15's, 17's): a 4-D tensor copy per array and chunk, no cluster, no row copies
+    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single", "kda_chunk_state_ahead"):
+        # 14's TMA form (and 15's, 17's, 18's): a 4-D tensor copy per array and chunk, no cluster, no row copies
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert "multicast" not in r.ptx and ".reqnctapercluster" not in r.ptx
     elif function == "kda_chunk_state_mc":
@@ -278,7 +278,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'ahead1' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -286,6 +286,8 @@ def test_bf16_io_validation_runs_without_a_gpu():
     # so is 17 (P1 and P4 as one bf16 product): not accurate enough for fp32 inputs
     with pytest.raises(ValueError, match=r"impl='single' \(17, P1 and P4 as one bf16 product\) runs on bf16 inputs only.*1e-4.*impl='diet'"):
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="single")
+    with pytest.raises(ValueError, match=r"impl='ahead1' \(18 with P1a, W and P4 as one bf16 product\) runs on bf16 inputs only.*impl='ahead'"):
+        dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="ahead1")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         dk.validate_inputs(**t, initial_state=h0, io="bf16")

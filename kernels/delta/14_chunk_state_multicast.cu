@@ -87,9 +87,10 @@
 // The kernel body of every form: CL blocks per cluster, WG_C's copies as cp.async pieces, row bulk
 // copies or one bulk and one tensor copy (SLOT 0, 1, 2: kda_wg_chain), the tile as three tensor copies
 // (TMA; maps: g, k, q, and v and 07's output for SLOT 2; CL = 1), three Kd^T buffers (NKD = 3),
-// WG_E's operands with fewer instructions (DIET: step 15), and P1 and P4 as one bf16 term (ONE: step 17).
+// WG_E's operands with fewer instructions (DIET: step 15), P1 and P4 as one bf16 term (ONE: step 17),
+// and each chunk's P1 a chunk early (AHEAD: step 18).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
-          bool ONE = false>
+          bool ONE = false, bool AHEAD = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -100,7 +101,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     static_assert(SLOT != 2 || TMA, "WG_C's tensor copies come with the tensor-copy form");
     static_assert(KDA_PROBE != 5 || NKD == 2, "probe 5 hands buffers over as NKD = 2 does");
     static_assert(KDA_PROBE != 4 || CL == 1, "probe 4 reuses the block's own tile");
-    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2, NKD, DIET, ONE>;   // 13's layout; FULL_T, EMPTY_T, WG_C's two slots
+    static_assert(!AHEAD || (NKD == 2 && SLOT == 2), "18's hand-overs are written for two buffers and tensor-copied slots");
+    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2, NKD, DIET, ONE, AHEAD>;   // 13's layout; FULL_T, EMPTY_T, WG_C's two slots
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
@@ -179,6 +181,10 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             KDA_STAMP(1);
             if (KDA_PROBE == 5) {   // probe: WG_E's arithmetic idle, its hand-over kept
                 named_bar_arrive(KdaWgBars::FULL + (n & 1), L::NTH);
+                if constexpr (AHEAD) {   // 18: and the buffer's Kd^T half
+                    if (n >= 2) named_bar_sync(KdaWgBars::EMPTY_KD + (n & 1), L::NTH);
+                    named_bar_arrive(KdaWgBars::FULL_KD + (n & 1), L::NTH);
+                }
                 continue;
             }
             kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);

@@ -12,7 +12,7 @@
 #include "hopper.cuh"
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
-          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false>
+          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -24,6 +24,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr bool DENSE = DENSE_;
     static constexpr bool DIET = DIET_;                   // 15: WG_E's operands with fewer instructions
     static constexpr bool ONE = ONE_;                     // 17: P1 and P4 as one bf16 term (no lo operands)
+    static constexpr bool AHEAD = AHEAD_;                 // 18: each chunk's P1 from the state a chunk earlier
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
@@ -68,7 +69,10 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
 // syncs) and EMPTY + buffer (WG_C arrives, WG_E syncs).
 // With three Kd^T buffers (NKD = 3) EMPTY + (n & 1) frees chunk n's Kbg / Qg buffer (WG_C has built its
 // P1 operands from it) and EMPTY_KD + n % 3 its Kd^T buffer (P4 has read it).
-struct KdaWgBars { static constexpr int CONS = 1, PROD = 2, FULL = 3, EMPTY = 5, EMPTY_KD = 7; };
+// AHEAD (18): FULL / EMPTY + buffer hand over a buffer's Kbg / Qg only, FULL_KD / EMPTY_KD + buffer its Kd^T
+// and 2^G_L (two lives: WG_C builds chunk n + 1's P1 operands during chunk n, and reads chunk n's Kd^T
+// until P4 of chunk n completes early in chunk n + 1).
+struct KdaWgBars { static constexpr int CONS = 1, PROD = 2, FULL = 3, EMPTY = 5, EMPTY_KD = 7, FULL_KD = 10; };
 
 // Byte offset, from a 1024-aligned tile, of element `e` (of `esz` bytes) of a row-major tile that a
 // tensor copy landed with a swizzle of SW bytes (0: none): the copy engine moves the 16-byte piece at
@@ -222,6 +226,12 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     qgp[(tok0 + u) * LE + c] = scale * kda_widen1<BF>(xq[u]) * e1[u];
                 }
                 }
+                // AHEAD (18): Kbg / Qg go to WG_C now (it builds chunk n's P1 operands during chunk n - 1);
+                // Kd^T and 2^G_L once P4 of chunk n - 2 (which completes early in chunk n - 1) has read its Kd^T
+                if constexpr (L::AHEAD) {
+                    named_bar_arrive(BAR_FULL + (n & 1), L::NTH);
+                    if (n >= 2) named_bar_sync(KdaWgBars::EMPTY_KD + (n & 1), L::NTH);
+                }
                 // NKD = 3: Kd^T and 2^G_L go to the ring, once P4 has read chunk n - 3's
                 if constexpr (L::NKD == 3) {
                     if (n >= 3) named_bar_sync(KdaWgBars::EMPTY_KD + n % 3, L::NTH);
@@ -240,7 +250,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 if (part == 0) gl_of(n)[c] = gl2;
                 KDA_STAMP(2);
                 fence_proxy_async();                                      // Kd^T is read by wgmma
-                named_bar_arrive(BAR_FULL + (n & 1), L::NTH);            // buffer n & 1 holds chunk n
+                named_bar_arrive((L::AHEAD ? KdaWgBars::FULL_KD : BAR_FULL) + (n & 1), L::NTH);   // buffer n & 1 holds chunk n
                 KDA_STAMP(3);
 }
 
@@ -414,30 +424,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                 split_bf16x2(qq.x, qq.y, ah[s][2 * hf + 1], al[s][2 * hf + 1]);
             }
     };
-    named_bar_sync(BAR_FULL + 0, L::NTH);
-    build(0);
-    if (L::NKD == 3 && 2 < NC) named_bar_arrive(BAR_EMPTY + 0, L::NTH);   // chunk 0's Kbg / Qg buffer is free
-    for (int n = 0; n < NC; ++n) {
-        const long long t0 = (long long)n * C;
-        KDA_STAMP(0);
-        if (n + 1 < NC && KDA_PROBE != 4) copy_slot(n + 1);   // lands during this chunk; waited before its last barrier
-        const float beta_i = kda_widen1<BF>(rbeta);
-        if (n + 1 < NC) load_beta(n + 1);
-        {   // the state's decay for this chunk's update (S went to S^T before it)
-            const float* dd = gl_of(n);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                const float d0 = dd[64 * mt + 16 * warp + g8], d1 = dd[64 * mt + 16 * warp + g8 + 8];
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) {
-                    sacc[mt][4 * j] *= d0; sacc[mt][4 * j + 1] *= d0;
-                    sacc[mt][4 * j + 2] *= d1; sacc[mt][4 * j + 3] *= d1;
-                }
-            }
-        }
-        // ------------------------------------------------ P1: [Kbg S; Ob] = [Kbg; Qg] S
-        float p1[BV / 2];
-        wgmma_fence();
+    // P1: [Kbg; Qg] S from the built A fragments and the S^T tile, three terms (17: one)
+    auto issue_p1 = [&](float (&p1)[BV / 2]) {
 #pragma unroll
         for (int s = 0; s < KS; ++s) {
             const unsigned off = (s / 4) * (BV * 128) + 32 * (s % 4);
@@ -449,76 +437,10 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             wgmma_rs_kb<BV, true>(p1, ah[s], desc(stl_a + off), 1);
             wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), 1);
         }
-        wgmma_commit();
-        // while P1 runs: this chunk's P2 A rows (warp's tokens: T rows at g8, A2 rows at g8 + 8)
-        unsigned ta[2][2][4];   // [hi/lo][k step][a0..a3]
-        {
-            const unsigned* sta = reinterpret_cast<const unsigned*>(slot(n));
-            const int mi = lane / 8, r = lane % 8;      // matrix mi: T (even) or A2 (odd), words 0-3 or 4-7
-#pragma unroll
-            for (int hl = 0; hl < 2; ++hl)
-#pragma unroll
-                for (int s = 0; s < 2; ++s)
-                    ldmatrix_x4(ta[hl][s], sta + kda_slot_sw<SLOT == 2 ? 64 : 0>(
-                                               ((mi & 1) * 2 + hl) * C * LC + (8 * warp + r) * LC + 8 * s + (mi / 2) * 4, 4) / 4);
-        }
-        wgmma_wait<0>();
-        fence_regs(p1);
-        KDA_STAMP(1);
-        // X = beta v - Kbg S (rows g8: token i), Ob = Qg S (rows g8 + 8)
-        float x[BV / 4], ob[BV / 4];
-        {
-            const TIn* sv = reinterpret_cast<const TIn*>(slot(n) + L::TA_BYTES);
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const float2 vv = kda_ld2<BF>(sv + kda_slot_sw<SLOT == 2 ? BV * (int)sizeof(TIn) : 0>(
-                                                       i * LV + 8 * j + 2 * t4, (int)sizeof(TIn)) / (int)sizeof(TIn));
-                if constexpr (L::DIET) {   // P1's rows are Kg S (15: WG_E leaves beta to this row)
-                    x[2 * j] = beta_i * (vv.x - p1[4 * j]);
-                    x[2 * j + 1] = beta_i * (vv.y - p1[4 * j + 1]);
-                } else {
-                    x[2 * j] = beta_i * vv.x - p1[4 * j];
-                    x[2 * j + 1] = beta_i * vv.y - p1[4 * j + 1];
-                }
-                ob[2 * j] = p1[4 * j + 2];
-                ob[2 * j + 1] = p1[4 * j + 3];
-            }
-        }
-        write_tok_t(sx_a, x);
-        fence_proxy_async();
-        named_bar_sync(BAR_CONS, 128);
-        KDA_STAMP(2);
-        // ------------------------------------------------ P2: [V'; A2 X] = [T; A2] X
-        float p2[BV / 2];
-        wgmma_fence();
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
-            wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(sx_a + 32 * s), s > 0);
-            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 64 + 32 * s), 1);
-            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), 1);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(p2);
-        KDA_STAMP(3);
-        // o = Ob + A2 X (rows g8 + 8); V' (rows g8) to V'^T
-        float vp[BV / 4];
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-            const long long t = t0 + i;
-            if (t < TT)
-                kda_st2<BF>(o + kda_bthd(b, t, h, v0 + 8 * j + 2 * t4, TT, H, V), ob[2 * j] + p2[4 * j + 2],
-                            ob[2 * j + 1] + p2[4 * j + 3]);
-            vp[2 * j] = p2[4 * j];
-            vp[2 * j + 1] = p2[4 * j + 1];
-        }
-        write_tok_t(svp_a, vp);
-        fence_proxy_async();
-        named_bar_sync(BAR_CONS, 128);
-        KDA_STAMP(4);
-        // ------------------------------------------------ P4: S = 2^G_L S + Kd^T V'
-        const unsigned kd_a = base + opb(n);
-        wgmma_fence();
+    };
+    // P4 of chunk m: S += Kd^T V' (V'^T of chunk m in its tile; the caller fences and commits)
+    auto issue_p4 = [&](int m) {
+        const unsigned kd_a = base + opb(m);
 #pragma unroll
         for (int s = 0; s < 2; ++s)
 #pragma unroll
@@ -529,6 +451,244 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                     const unsigned bb = svp_a + 32 * s + (term == 1 ? 64 : 0);
                     wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);
                 }
+    };
+    // P2's A rows of chunk n's slot (warp's tokens: T rows at g8, A2 rows at g8 + 8)
+    auto load_ta = [&](int n, unsigned (&ta)[2][2][4]) {   // [hi/lo][k step][a0..a3]
+        const unsigned* sta = reinterpret_cast<const unsigned*>(slot(n));
+        const int mi = lane / 8, r = lane % 8;      // matrix mi: T (even) or A2 (odd), words 0-3 or 4-7
+#pragma unroll
+        for (int hl = 0; hl < 2; ++hl)
+#pragma unroll
+            for (int s = 0; s < 2; ++s)
+                ldmatrix_x4(ta[hl][s], sta + kda_slot_sw<SLOT == 2 ? 64 : 0>(
+                                           ((mi & 1) * 2 + hl) * C * LC + (8 * warp + r) * LC + 8 * s + (mi / 2) * 4, 4) / 4);
+    };
+    // X = beta (v - Kg S) or beta v - Kbg S (rows g8: token i), Ob = Qg S (rows g8 + 8), from P1's rows
+    auto x_ob = [&](int n, float beta_i, const float (&p1)[BV / 2], float (&x)[BV / 4], float (&ob)[BV / 4]) {
+        const TIn* sv = reinterpret_cast<const TIn*>(slot(n) + L::TA_BYTES);
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            const float2 vv = kda_ld2<BF>(sv + kda_slot_sw<SLOT == 2 ? BV * (int)sizeof(TIn) : 0>(
+                                                   i * LV + 8 * j + 2 * t4, (int)sizeof(TIn)) / (int)sizeof(TIn));
+            if constexpr (L::DIET) {   // P1's rows are Kg S (15: WG_E leaves beta to this row)
+                x[2 * j] = beta_i * (vv.x - p1[4 * j]);
+                x[2 * j + 1] = beta_i * (vv.y - p1[4 * j + 1]);
+            } else {
+                x[2 * j] = beta_i * vv.x - p1[4 * j];
+                x[2 * j + 1] = beta_i * vv.y - p1[4 * j + 1];
+            }
+            ob[2 * j] = p1[4 * j + 2];
+            ob[2 * j + 1] = p1[4 * j + 3];
+        }
+    };
+    // P2: [V'; A2 X] = [T; A2] X (three terms), from ta and the X^T tile
+    auto issue_p2 = [&](float (&p2)[BV / 2], const unsigned (&ta)[2][2][4]) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(sx_a + 32 * s), s > 0);
+            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 64 + 32 * s), 1);
+            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), 1);
+        }
+    };
+    // o = Ob + A2 X (rows g8 + 8) stored; V' (rows g8) returned for V'^T
+    auto o_vp = [&](long long t0, const float (&ob)[BV / 4], const float (&p2)[BV / 2], float (&vp)[BV / 4]) {
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            const long long t = t0 + i;
+            if (t < TT)
+                kda_st2<BF>(o + kda_bthd(b, t, h, v0 + 8 * j + 2 * t4, TT, H, V), ob[2 * j] + p2[4 * j + 2],
+                            ob[2 * j + 1] + p2[4 * j + 3]);
+            vp[2 * j] = p2[4 * j];
+            vp[2 * j + 1] = p2[4 * j + 1];
+        }
+    };
+    // the state's decay by chunk m's 2^G_L (in S's rows)
+    auto decay = [&](int m) {
+        const float* dd = gl_of(m);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const float d0 = dd[64 * mt + 16 * warp + g8], d1 = dd[64 * mt + 16 * warp + g8 + 8];
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+                sacc[mt][4 * j] *= d0; sacc[mt][4 * j + 1] *= d0;
+                sacc[mt][4 * j + 2] *= d1; sacc[mt][4 * j + 3] *= d1;
+            }
+        }
+    };
+    named_bar_sync(BAR_FULL + 0, L::NTH);
+    build(0);
+    if constexpr (L::AHEAD) {
+        // ====================== 18: chunk n + 1's P1 a chunk early (18_chunk_state_ahead.cu says why)
+        // P1 of chunk m = [Kg; Qg]_m S_m = [Kg; Qg]_m (D S)_{m-1} + W_m V'_{m-1}, W_m = [Kg; Qg]_m Kd_{m-1}^T:
+        // both products need only what chunk m - 1 starts with, so they run during chunk m - 1 (PQ), and
+        // what stays between V'_{m-1} and X_m is W_m V'_{m-1} (two k steps). The S^T tile holds (D S)_{m-1}.
+        // Every wgmma writes accumulators of its own site; what crosses from one chunk to the next
+        // (P1a, W) is copied out once complete (ptxas serializes the wgmmas of a loop whose accumulators
+        // are defined at two sites, the prologue's and the loop's).
+        float c1[BV / 2];   // P1a of the next chunk: [Kg; Qg]_m (D S)_{m-1}
+        float cw[32];       // W_m, columns 0-31 from Kd^T hi, 32-63 from Kd^T lo (ONE: lo unused)
+#pragma unroll
+        for (int e = 0; e < 32; ++e) cw[e] = 0.f;   // chunk 0's P1b and P4 multiply zeros: W and V'^T
+        for (int idx = tid; idx < BV * 32; idx += 128) reinterpret_cast<unsigned*>(sm + L::OFF_VP)[idx] = 0u;
+        fence_proxy_async();
+        named_bar_sync(BAR_CONS, 128);
+        auto kdt_mn = [](unsigned addr) { return wgmma_desc_sw128(addr, 8192, 1024); };   // Kd^T: MN-major B, one 64-wide chunk
+        auto issue_pq = [&](int m, float (&q1)[BV / 2], float (&qw)[32]) {   // from the built A fragments
+            wgmma_fence();
+            issue_p1(q1);
+            const unsigned kd_a = base + opb(m > 0 ? m - 1 : 0);   // chunk 0 has no W (its result is not read)
+#pragma unroll
+            for (int s = 0; s < KS; ++s) {   // k step s: channels 16s .. 16s + 15, Kd^T rows 16s ..
+                wgmma_rs<64, true>(qw, ah[s], kdt_mn(kd_a + s * 2048), s > 0);
+                if constexpr (!L::ONE) wgmma_rs<64, true>(qw, al[s], kdt_mn(kd_a + s * 2048), 1);
+            }
+            wgmma_commit();
+        };
+        if (2 < NC) named_bar_arrive(BAR_EMPTY + 0, L::NTH);   // chunk 0's Kbg / Qg are built
+        named_bar_sync(KdaWgBars::FULL_KD + 0, L::NTH);        // chunk 0's Kd^T (the unread W of chunk 0)
+        {
+            float q1[BV / 2], qw[32];
+            issue_pq(0, q1, qw);   // P1 of chunk 0: [Kg; Qg]_0 S_0 (the S^T tile holds S_0)
+            wgmma_wait<0>();
+            fence_regs(q1);
+#pragma unroll
+            for (int e = 0; e < BV / 2; ++e) c1[e] = q1[e];
+        }
+        named_bar_sync(BAR_CONS, 128);   // every warp's PQ has read S^T before chunk 0 overwrites it
+        for (int n = 0; n < NC; ++n) {
+            const long long t0 = (long long)n * C;
+            KDA_STAMP(0);
+            float pb[BV / 2];   // P1b: W_n V'_{n-1} (chunk 0: W and V'^T zero; a wgmma issued under
+            {                   // a branch here would make ptxas serialize them all)
+                // ------------------------------------------ P1b (3 terms), then P4 of chunk n - 1
+                unsigned wh[2][4], wl[2][4];   // W_n as A fragments: k step s = tokens 16s .. (column groups 2s, 2s + 1)
+#pragma unroll
+                for (int s = 0; s < 2; ++s)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int j = 2 * s + (q >> 1), e = 2 * (q & 1);
+                        float w0 = cw[4 * j + e], w1 = cw[4 * j + e + 1];
+                        if constexpr (!L::ONE) { w0 += cw[4 * (j + 4) + e]; w1 += cw[4 * (j + 4) + e + 1]; }
+                        split_bf16x2(w0, w1, wh[s][q], wl[s][q]);
+                    }
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+                    wgmma_rs_kb<BV, true>(pb, wl[s], desc(svp_a + 32 * s), s > 0);
+                    wgmma_rs_kb<BV, true>(pb, wh[s], desc(svp_a + 64 + 32 * s), 1);
+                    wgmma_rs_kb<BV, true>(pb, wh[s], desc(svp_a + 32 * s), 1);
+                }
+                wgmma_commit();
+                issue_p4(n > 0 ? n - 1 : 0);   // S_n = (D S)_{n-1} + Kd_{n-1}^T V'_{n-1}: completes while X_n is
+                wgmma_commit();                // formed (chunk 0: V'^T is zero, S_0 unchanged)
+            }
+            if (n + 1 < NC && KDA_PROBE != 4) copy_slot(n + 1);   // lands during this chunk; waited before its last barrier
+            const float beta_i = kda_widen1<BF>(rbeta);
+            if (n + 1 < NC) load_beta(n + 1);
+            unsigned ta[2][2][4];
+            load_ta(n, ta);
+            wgmma_wait<1>();   // P1b (P4 may still run)
+            fence_regs(pb);
+            KDA_STAMP(1);
+            float p1[BV / 2], x[BV / 4], ob[BV / 4];
+#pragma unroll
+            for (int e = 0; e < BV / 2; ++e) p1[e] = c1[e] + pb[e];
+            x_ob(n, beta_i, p1, x, ob);
+            write_tok_t(sx_a, x);
+            wgmma_wait<0>();   // P4 of chunk n - 1: S_n
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
+            if (n >= 1 && n + 1 < NC) named_bar_arrive(KdaWgBars::EMPTY_KD + ((n - 1) & 1), L::NTH);   // Kd^T of n - 1 read
+            if (n > 0) named_bar_sync(KdaWgBars::FULL_KD + (n & 1), L::NTH);   // chunk n's Kd^T and 2^G_L
+            decay(n);
+            write_st();        // (D S)_n, for P1 of chunk n + 1 (the tile's last reader, PQ of chunk n, is done)
+            fence_proxy_async();
+            named_bar_sync(BAR_CONS, 128);   // X^T and S^T complete
+            KDA_STAMP(2);
+            // ------------------------------------------ P2, then PQ of chunk n + 1 behind it
+            float p2[BV / 2], q1[BV / 2], qw[32];
+            wgmma_fence();
+            issue_p2(p2, ta);
+            wgmma_commit();
+            if (n + 1 < NC) {
+                named_bar_sync(BAR_FULL + ((n + 1) & 1), L::NTH);   // chunk n + 1's Kbg / Qg
+                build(n + 1);
+                if (n + 3 < NC) named_bar_arrive(BAR_EMPTY + ((n + 1) & 1), L::NTH);
+                issue_pq(n + 1, q1, qw);
+                wgmma_wait<1>();   // P2
+            } else {
+                wgmma_wait<0>();
+            }
+            fence_regs(p2);
+            KDA_STAMP(3);
+            float vp[BV / 4];
+            o_vp(t0, ob, p2, vp);
+            write_tok_t(svp_a, vp);   // its readers, P1b and P4 of chunk n - 1, are done
+            fence_proxy_async();
+            if (n + 1 < NC) {
+                wait_slot(n + 1);
+                wgmma_wait<0>();   // PQ of chunk n + 1 (before the barrier: after it, (D S)_{n+1} may overwrite S^T)
+                fence_regs(q1);
+                fence_regs(qw);
+#pragma unroll
+                for (int e = 0; e < BV / 2; ++e) c1[e] = q1[e];
+#pragma unroll
+                for (int e = 0; e < 32; ++e) cw[e] = qw[e];
+            }
+            named_bar_sync(BAR_CONS, 128);   // V'^T complete, chunk n + 1's slot landed, PQ done
+            KDA_STAMP(4);
+        }
+        wgmma_fence();
+        issue_p4(NC - 1);   // the last chunk's state update
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
+    } else {
+    if (L::NKD == 3 && 2 < NC) named_bar_arrive(BAR_EMPTY + 0, L::NTH);   // chunk 0's Kbg / Qg buffer is free
+    for (int n = 0; n < NC; ++n) {
+        const long long t0 = (long long)n * C;
+        KDA_STAMP(0);
+        if (n + 1 < NC && KDA_PROBE != 4) copy_slot(n + 1);   // lands during this chunk; waited before its last barrier
+        const float beta_i = kda_widen1<BF>(rbeta);
+        if (n + 1 < NC) load_beta(n + 1);
+        decay(n);   // the state's decay for this chunk's update (S went to S^T before it)
+        // ------------------------------------------------ P1: [Kbg S; Ob] = [Kbg; Qg] S
+        float p1[BV / 2];
+        wgmma_fence();
+        issue_p1(p1);
+        wgmma_commit();
+        // while P1 runs: this chunk's P2 A rows (warp's tokens: T rows at g8, A2 rows at g8 + 8)
+        unsigned ta[2][2][4];   // [hi/lo][k step][a0..a3]
+        load_ta(n, ta);
+        wgmma_wait<0>();
+        fence_regs(p1);
+        KDA_STAMP(1);
+        // X = beta v - Kbg S (rows g8: token i), Ob = Qg S (rows g8 + 8)
+        float x[BV / 4], ob[BV / 4];
+        x_ob(n, beta_i, p1, x, ob);
+        write_tok_t(sx_a, x);
+        fence_proxy_async();
+        named_bar_sync(BAR_CONS, 128);
+        KDA_STAMP(2);
+        // ------------------------------------------------ P2: [V'; A2 X] = [T; A2] X
+        float p2[BV / 2];
+        wgmma_fence();
+        issue_p2(p2, ta);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(p2);
+        KDA_STAMP(3);
+        // o = Ob + A2 X (rows g8 + 8); V' (rows g8) to V'^T
+        float vp[BV / 4];
+        o_vp(t0, ob, p2, vp);
+        write_tok_t(svp_a, vp);
+        fence_proxy_async();
+        named_bar_sync(BAR_CONS, 128);
+        KDA_STAMP(4);
+        // ------------------------------------------------ P4: S = 2^G_L S + Kd^T V'
+        wgmma_fence();
+        issue_p4(n);
         wgmma_commit();
         // while P4 runs: the next chunk's P1 operands (its buffer)
         if (n + 1 < NC) {
@@ -550,6 +710,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             named_bar_sync(BAR_CONS, 128);
         }
         KDA_STAMP(7);
+    }
     }
     if (KDA_PROBE == 3) return;   // the stamps live where ht would be written
     if (ht) {

@@ -44,6 +44,9 @@ class StaticReport:
     spill_load_bytes: int
     barriers: int
     ptx: str = field(repr=False, default="")
+    #: ptxas's reason code where it serialized the function's wgmmas (C7511, C7514, C7515: a warpgroup
+    #: MMA then waits for the one before it, and nothing overlaps), "" where it did not
+    wgmma_serialized: str = ""
 
     @property
     def name(self) -> str:
@@ -70,9 +73,16 @@ _USED = re.compile(r"Compiling entry function '(?P<mangled>[^']+)' for '(?P<arch
                    r"(?:.*\n)*?.*?Used (?P<regs>\d+) registers(?P<rest>[^\n]*)")
 
 
-def parse_ptxas_verbose(log: str) -> dict[str, dict[str, int]]:
-    """Resources per mangled function name from ``ptxas -v`` output."""
-    out: dict[str, dict[str, int]] = {}
+_SERIAL = re.compile(r"\((?P<code>C75\d\d)\) Potential Performance Loss: wgmma\.mma_async instructions are "
+                     r"serialized.*? in the function '(?P<mangled>\w+)'")
+
+
+def parse_ptxas_verbose(log: str) -> dict[str, dict[str, Any]]:
+    """Resources per mangled function name from ``ptxas -v`` output (and ``wgmma_serialized``: the
+    reason code of ptxas's wgmma serialization warning, where it gave one)."""
+    out: dict[str, dict[str, Any]] = {}
+    for m in _SERIAL.finditer(log):
+        out.setdefault(m.group("mangled"), {})["wgmma_serialized"] = m.group("code")
     for m in _PROPS.finditer(log):
         out.setdefault(m.group("mangled"), {}).update(
             stack_bytes=int(m.group("stack")), spill_store_bytes=int(m.group("st")),
@@ -140,7 +150,7 @@ def has_vector_global_loads(ptx: str) -> bool:
 # ---------------------------------------------------------------- building
 
 #: bump when what a cached report holds changes (2: per-function PTX split at the next entry)
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3
 
 
 def _cache_dir() -> Path:
@@ -291,7 +301,7 @@ def static_build(source: str | Path, function: str, instantiations: Sequence[Seq
             registers=res.get("registers", 0), static_smem_bytes=res.get("static_smem_bytes", 0),
             stack_bytes=res.get("stack_bytes", 0), spill_store_bytes=res.get("spill_store_bytes", 0),
             spill_load_bytes=res.get("spill_load_bytes", 0), barriers=res.get("barriers", 0),
-            ptx=ptx_by_fn.get(mangled, "")))
+            ptx=ptx_by_fn.get(mangled, ""), wgmma_serialized=res.get("wgmma_serialized", "")))
     # a unique temporary name: notebooks running in parallel may build the same kernel at once
     write_atomic(cached, json.dumps([{**asdict(r), "template_args": list(r.template_args)} for r in reports]))
     return reports

@@ -226,7 +226,8 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     cluster = "gx" if "__cluster_dims__" in text else None
     if function == "kda_chunk_state_mc":
         cluster = str(int(template_args[5])) if int(template_args[5]) > 1 else None
-    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single"):   # 15, 17 include 14's file; none has one
+    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single",
+                      "kda_chunk_state_ahead"):   # 15, 17, 18 include 14's file; none has one
         cluster = None
     launch = (f'    emu_launch_cluster(dim3{{gx, gy, gz}}, {cluster}, bx * by * bz, smem, [&] {{\n' if cluster else
               '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n')

@@ -379,6 +379,18 @@ for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet", "single
     PRODUCER_WARPS[_mc] = 4
 
 
+#: 18: each chunk's P1 a chunk early (wgmma_recurrence.cuh's AHEAD loop: WG_C stamps 0-4; WG_E's are 15's,
+#: its wait for EMPTY now Kbg / Qg's and, inside the arithmetic, Kd^T's EMPTY_KD)
+CONSUMER_STAMP_PHASES["ahead"] = CONSUMER_STAMP_PHASES["ahead1"] = (
+    ("P1b = W V' and P4 of the chunk before issued, next copies, P1b done", 0, 1),
+    ("X^T stored, P4 done, decay, S^T stored, barrier", 1, 2),
+    ("P2 issued, next chunk's operands built, its PQ issued, P2 done", 2, 3),
+    ("o and V'^T stored, copies landed, PQ done, barrier", 3, 4))
+for _a in ("ahead", "ahead1"):
+    PRODUCER_STAMP_PHASES[_a] = PRODUCER_STAMP_PHASES["diet"]
+    PRODUCER_WARPS[_a] = 4
+
+
 #: 16: the chain turned around (kernels/delta/16_chunk_state_wgrs.cu: WG_C stamps 0-4, WG_E 0-3)
 CONSUMER_STAMP_PHASES["wgrs"] = (
     ("barrier, next copies issued, wait for FULL", 0, 1),

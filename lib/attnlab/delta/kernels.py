@@ -16,7 +16,9 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   tensor copy; ``"tma3"``: and three Kd^T buffers; sm_90a), → ``15`` (``"diet"``: 14 ``"tma2"`` with
   the element-wise warpgroup on fewer instructions; sm_90a), → ``16`` (``"wgrs"``: the chain turned around,
   S^T in the accumulators and every A operand from registers, 64 value columns a block; sm_90a), → ``17``
-  (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``12`` (``"regs"``),
+  (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 15
+  with each chunk's P1 taken a chunk early; ``"ahead1"``: with 17's one-term products, bf16 inputs only;
+  sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -62,13 +64,15 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single")
+              "wgrs", "single", "ahead", "ahead1")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
                "impl='wgmma'"),
     "single": ("17, P1 and P4 as one bf16 product", "its products are bf16-accurate (~1e-3), not the 1e-4 that fp32 "
                "inputs are held to", "impl='diet'"),
+    "ahead1": ("18 with P1a, W and P4 as one bf16 product", "its products are bf16-accurate (~1e-3), not the 1e-4 that "
+               "fp32 inputs are held to", "impl='ahead'"),
 }
 BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -139,11 +143,17 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "recurrence on warpgroup MMAs for bf16 inputs, one-term products (sm_90a)", 90,
                 "15 with P1 and P4 as one bf16 wgmma each (8 and 4 a chunk in place of 24 and 12) and S^T, Kd^T "
                 "stored as bf16 only: with bf16 inputs their rounding, not the products', sets the error"),
+    DeltaKernel("18", "delta/18_chunk_state_ahead.cu", "kda_chunk_state_ahead", "tc",
+                "recurrence on warpgroup MMAs with each chunk's first product a chunk early (sm_90a)", 90,
+                "15 (17 with one-term products) with P1 of chunk n + 1 split as [Kg; Qg] (D S)_n + W V'_n, "
+                "W = [Kg; Qg] Kd_n^T: both K = 128 products run during chunk n behind its P2, and the chain "
+                "between V'_n and X_{n+1} keeps only W V'_n (two k steps)"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC) = (k.source for k in DELTA_KERNELS)
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC) = (
+    k.source for k in DELTA_KERNELS)
 
 
 def delta_kernel(step: str) -> DeltaKernel:
@@ -756,13 +766,17 @@ STATE_IMPLS = {
     "wgrs": (WGRS_SRC, "kda_chunk_state_wgrs", WGMMA_THREADS, wgrs_smem_words),
     "single": (SINGLE_SRC, "kda_chunk_state_single", WGMMA_THREADS,   # bf16 inputs only: their tiles' size
                lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
+    "ahead": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS, mc_smem_words),
+    "ahead1": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS,   # bf16 inputs only
+               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
 #: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
-TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single")   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
+TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
+             "ahead", "ahead1")                          # 18: each chunk's P1 a chunk early (ahead1: one-term products)
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -779,6 +793,7 @@ STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles)
                     "bulk": (1, False), "bulk2": (1, True),
                     "tma": (False, 2), "tma2": (True, 2),   # 14's TMA form: WG_C's copies as tensor copies too
                     "tma3": (True, 3),                    # ... and three Kd^T buffers
+                    "ahead": (False,), "ahead1": (True,),   # 18: one-term products (ONE)
                     "multicast": lambda V, bv: (mc_cluster(V, bv), False),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"), False)}
 
@@ -804,7 +819,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16 or 17), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17 or 18), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
         what, why, instead = BF16_ONLY_WHY[impl]
@@ -819,7 +834,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
-        raise ValueError(f"impl={impl!r} (kernels 13-16, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+        raise ValueError(f"impl={impl!r} (kernels 13-18, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
@@ -903,7 +918,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_state_tma":   # (K, V, C, BV, BF[, TSLOT[, NKD]])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                  nkd=args[6] if len(args) > 6 else 2)
-    if function in ("kda_chunk_state_mc", "kda_chunk_state_diet", "kda_chunk_state_single"):   # (K, V, C, BV, BF[, CL, BSLOT])
+    if function in ("kda_chunk_state_mc", "kda_chunk_state_diet", "kda_chunk_state_single",
+                    "kda_chunk_state_ahead"):   # (K, V, C, BV, BF[, CL, BSLOT] or [, ONE])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
@@ -988,6 +1004,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                    "kda_chunk_state_wgrs", "kda_chunk_state_single"):
+                    "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead"):
         return WGMMA_ARCH
     return arch
