@@ -526,9 +526,23 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         // (P1a, W) is copied out once complete (ptxas serializes the wgmmas of a loop whose accumulators
         // are defined at two sites, the prologue's and the loop's).
         float c1[BV / 2];   // P1a of the next chunk: [Kg; Qg]_m (D S)_{m-1}
-        float cw[32];       // W_m, columns 0-31 from Kd^T hi, 32-63 from Kd^T lo (ONE: lo unused)
+        unsigned wh[2][4], wl[2][4];   // W_m as A fragments (hi / lo): k step s = tokens 16s .. (column groups 2s, 2s + 1)
+        // W's accumulators hold columns 0-31 from Kd^T hi, 32-63 from Kd^T lo (ONE: lo unused)
+        auto w_frags = [&](const float (&qw)[32]) {
 #pragma unroll
-        for (int e = 0; e < 32; ++e) cw[e] = 0.f;   // chunk 0's P1b and P4 multiply zeros: W and V'^T
+            for (int s = 0; s < 2; ++s)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int j = 2 * s + (q >> 1), e = 2 * (q & 1);
+                    float w0 = qw[4 * j + e], w1 = qw[4 * j + e + 1];
+                    if constexpr (!L::ONE) { w0 += qw[4 * (j + 4) + e]; w1 += qw[4 * (j + 4) + e + 1]; }
+                    split_bf16x2(w0, w1, wh[s][q], wl[s][q]);
+                }
+        };
+#pragma unroll
+        for (int s = 0; s < 2; ++s)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) wh[s][q] = wl[s][q] = 0u;   // chunk 0's P1b and P4 multiply zeros: W and V'^T
         for (int idx = tid; idx < BV * 32; idx += 128) reinterpret_cast<unsigned*>(sm + L::OFF_VP)[idx] = 0u;
         fence_proxy_async();
         named_bar_sync(BAR_CONS, 128);
@@ -561,16 +575,6 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             float pb[BV / 2];   // P1b: W_n V'_{n-1} (chunk 0: W and V'^T zero; a wgmma issued under
             {                   // a branch here would make ptxas serialize them all)
                 // ------------------------------------------ P1b (3 terms), then P4 of chunk n - 1
-                unsigned wh[2][4], wl[2][4];   // W_n as A fragments: k step s = tokens 16s .. (column groups 2s, 2s + 1)
-#pragma unroll
-                for (int s = 0; s < 2; ++s)
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const int j = 2 * s + (q >> 1), e = 2 * (q & 1);
-                        float w0 = cw[4 * j + e], w1 = cw[4 * j + e + 1];
-                        if constexpr (!L::ONE) { w0 += cw[4 * (j + 4) + e]; w1 += cw[4 * (j + 4) + e + 1]; }
-                        split_bf16x2(w0, w1, wh[s][q], wl[s][q]);
-                    }
                 wgmma_fence();
 #pragma unroll
                 for (int s = 0; s < 2; ++s) {
@@ -632,8 +636,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                 fence_regs(qw);
 #pragma unroll
                 for (int e = 0; e < BV / 2; ++e) c1[e] = q1[e];
-#pragma unroll
-                for (int e = 0; e < 32; ++e) cw[e] = qw[e];
+                w_frags(qw);
             }
             named_bar_sync(BAR_CONS, 128);   // V'^T complete, chunk n + 1's slot landed, PQ done
             KDA_STAMP(4);
