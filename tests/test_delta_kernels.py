@@ -645,8 +645,8 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs"}   # 11, 13-16: clusters, wgmma, bulk and tensor copies
-    # (17, "single", is a bf16-I/O path only)
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "ahead"}   # 11, 13-16, 18: clusters, wgmma, copies
+    # (17, "single", and 18's "ahead1" are bf16-I/O paths only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
     assert {x[1] for x in fast.bf16_io_impls(80)} == {fast.BEST_IMPL}

@@ -482,22 +482,24 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
     };
     // P2: [V'; A2 X] = [T; A2] X (three terms), from ta and the X^T tile
-    auto issue_p2 = [&](float (&p2)[BV / 2], const unsigned (&ta)[2][2][4]) {
+    auto issue_p2 = [&](float (&p2)[BV / 2], const unsigned (&ta)[2][2][4], bool onto = false) {   // onto: p2 += ...
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
-            wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(sx_a + 32 * s), s > 0);
+            wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(sx_a + 32 * s), onto || s > 0);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 64 + 32 * s), 1);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), 1);
         }
     };
-    // o = Ob + A2 X (rows g8 + 8) stored; V' (rows g8) returned for V'^T
-    auto o_vp = [&](long long t0, const float (&ob)[BV / 4], const float (&p2)[BV / 2], float (&vp)[BV / 4]) {
+    // o = Ob + A2 X (rows g8 + 8) stored; V' (rows g8) returned for V'^T. with_ob = false: P2 started from Ob
+    auto o_vp = [&](long long t0, const float (&ob)[BV / 4], const float (&p2)[BV / 2], float (&vp)[BV / 4],
+                    bool with_ob = true) {
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
             const long long t = t0 + i;
             if (t < TT)
-                kda_st2<BF>(o + kda_bthd(b, t, h, v0 + 8 * j + 2 * t4, TT, H, V), ob[2 * j] + p2[4 * j + 2],
-                            ob[2 * j + 1] + p2[4 * j + 3]);
+                kda_st2<BF>(o + kda_bthd(b, t, h, v0 + 8 * j + 2 * t4, TT, H, V),
+                            with_ob ? ob[2 * j] + p2[4 * j + 2] : p2[4 * j + 2],
+                            with_ob ? ob[2 * j + 1] + p2[4 * j + 3] : p2[4 * j + 3]);
             vp[2 * j] = p2[4 * j];
             vp[2 * j + 1] = p2[4 * j + 1];
         }
@@ -611,8 +613,14 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             KDA_STAMP(2);
             // ------------------------------------------ P2, then PQ of chunk n + 1 behind it
             float p2[BV / 2], q1[BV / 2], qw[32];
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {   // P2 accumulates onto [0; Ob]: o needs no registers of its own
+                p2[4 * j] = p2[4 * j + 1] = 0.f;
+                p2[4 * j + 2] = ob[2 * j];
+                p2[4 * j + 3] = ob[2 * j + 1];
+            }
             wgmma_fence();
-            issue_p2(p2, ta);
+            issue_p2(p2, ta, true);
             wgmma_commit();
             if (n + 1 < NC) {
                 named_bar_sync(BAR_FULL + ((n + 1) & 1), L::NTH);   // chunk n + 1's Kbg / Qg
@@ -626,7 +634,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             fence_regs(p2);
             KDA_STAMP(3);
             float vp[BV / 4];
-            o_vp(t0, ob, p2, vp);
+            o_vp(t0, ob, p2, vp, false);
             write_tok_t(svp_a, vp);   // its readers, P1b and P4 of chunk n - 1, are done
             fence_proxy_async();
             if (n + 1 < NC) {

@@ -29,10 +29,11 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 tma", "tma", ("07", "14")),
             ("07+14 tma, WG_C too", "tma2", ("07", "14")), ("07+15", "diet", ("07", "15")),
-            ("07+16", "wgrs", ("07", "16")))
+            ("07+16", "wgrs", ("07", "16")), ("07+18", "ahead", ("07", "18")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
-                     "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma"}
+                     "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma",
+                     "07+18": "07+15"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
@@ -40,7 +41,8 @@ BF16_IO = "07+10 bf16 I/O"
 BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")),
                  ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")),
                  ("07+15 bf16 I/O", "diet", ("07", "15")), ("07+16 bf16 I/O", "wgrs", ("07", "16")),
-                 ("07+17 bf16 I/O", "single", ("07", "17")))
+                 ("07+17 bf16 I/O", "single", ("07", "17")), ("07+18 bf16 I/O", "ahead", ("07", "18")),
+                 ("07+18 one-term bf16 I/O", "ahead1", ("07", "18")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -449,7 +451,10 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("15", "diet", {}), ("15 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "diet", {"KDA_PROBE": 5}),
                 ("16", "wgrs", {}), ("16 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgrs", {"KDA_PROBE": 5}),
                 ("17 (bf16 I/O)", "single", {}),
-                ("17 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "single", {"KDA_PROBE": 5}))
+                ("17 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "single", {"KDA_PROBE": 5}),
+                ("18", "ahead", {}), ("18 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "ahead", {"KDA_PROBE": 5}),
+                ("18 one-term (bf16 I/O)", "ahead1", {}),
+                ("18 one-term (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "ahead1", {"KDA_PROBE": 5}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -532,7 +537,8 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
 #: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single")   # single (17): on bf16 inputs
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single",   # single (17): on bf16 inputs
+                  "ahead", "ahead1")                                   # 18 (ahead1: on bf16 inputs)
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:
