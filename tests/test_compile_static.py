@@ -72,6 +72,21 @@ ptxas info    : Used 31 registers, used 1 barriers, 2048 bytes smem
                         static_smem_bytes=2048, barriers=1)
 
 
+
+def test_parse_ptxas_verbose_wgmma_serialization():
+    """ptxas's warning that it serialized a function's wgmmas (nvcc 13's wording) lands on that function
+    only, as its reason code."""
+    log = """ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient register resources for the wgmma pipeline in the function '_Z1fv'
+ptxas info    : Compiling entry function '_Z1fv' for 'sm_90a'
+ptxas info    : Used 200 registers, used 16 barriers
+ptxas info    : Compiling entry function '_Z1gv' for 'sm_90a'
+ptxas info    : Used 100 registers, used 1 barriers
+"""
+    info = parse_ptxas_verbose(log)
+    assert info["_Z1fv"]["wgmma_serialized"] == "C7511" and info["_Z1fv"]["registers"] == 200
+    assert "wgmma_serialized" not in info["_Z1gv"]
+
+
 def test_ptx_helpers():
     ptx = (".visible .entry _Z1fv(\n)\n{\n\tld.global.nc.v4.f32 {%f1,%f2,%f3,%f4}, [%rd1];\n"
            "\tst.shared.f32 [%r1], %f1;\n}\n.visible .entry _Z1gv(\n)\n{\n\tld.global.f32 %f1, [%rd1];\n}\n")

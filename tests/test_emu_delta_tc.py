@@ -357,7 +357,7 @@ def test_phase_stamps_cover_kernel_10_and_summarise():
 
 def test_wgmma_family_stamps_and_generated_lines():
     """13's and 14's KDA_STAMP calls are the phases fast.CONSUMER/PRODUCER_STAMP_PHASES name (WG_C
-    0-7, WG_E 0-3), and the lines notebook 13 generates from its stamp and probe tables say what the
+    0-7, WG_E 0-3; 16's and 18's WG_C 0-4), and the lines notebook 13 generates from its stamp and probe tables say what the
     tables hold (pure functions on made-up tables)."""
     import re
 
@@ -374,8 +374,11 @@ def test_wgmma_family_stamps_and_generated_lines():
     k16 = (ROOT / "kernels" / "delta" / "16_chunk_state_wgrs.cu").read_text().split("// ====")
     assert [sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", part))) for part in k16[1:]] == \
         [list(range(4)), list(range(5))]   # 16: WG_E 0-3, then WG_C 0-4
+    ahead = chain.split("if constexpr (L::AHEAD) {")[1].split("\n    } else {\n")[0]   # 18's loop: WG_C 0-4
+    assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", ahead))) == list(range(5))
     for impl in sorted(set(fast.WG_STAMP_IMPLS) | {"bulk2", "tma", "tma2", "tma3", "diet"}):
-        n_stamps = 5 if impl == "wgrs" else 8   # 16's chain stamps 0-4 (kernels/delta/16_chunk_state_wgrs.cu)
+        # 16's chain stamps 0-4 (kernels/delta/16_chunk_state_wgrs.cu), 18's too (its AHEAD loop)
+        n_stamps = 5 if impl in ("wgrs", "ahead", "ahead1") else 8
         assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(n_stamps))
         assert sorted({i for _, a, b in fast.PRODUCER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(4))
         assert fast.PRODUCER_WARPS[impl] == 4

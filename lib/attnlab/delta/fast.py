@@ -298,7 +298,7 @@ def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], seed: int
     for T in T_list:
         _, d = device_inputs(B, T, H, K, V, seed=seed)
         out_bytes = 4 * B * T * H * V
-        two = [(lab, impl) for lab, impl, steps in tc_impls() if impl in (BEST_IMPL, "wgmma")]
+        two = [(lab, impl) for lab, impl, steps in tc_impls() if impl in (BEST_IMPL, "wgmma", "ahead")]   # 18: the fastest
         for label, make in (*[(lab, lambda impl=impl: dk.prepare_tc(**d, check_gate=False, impl=impl)) for lab, impl in two],
                             ("06 fused", lambda: dk.prepare_tc(**d, check_gate=False, impl="fused")),
                             (THREE, lambda: dk.prepare_chunk(**d, check_gate=False))):
@@ -382,14 +382,16 @@ for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet", "single
 
 
 #: 18: each chunk's P1 a chunk early (wgmma_recurrence.cuh's AHEAD loop: WG_C stamps 0-4; WG_E's are 15's,
-#: its wait for EMPTY now Kbg / Qg's and, inside the arithmetic, Kd^T's EMPTY_KD)
+#: its wait for EMPTY now Kbg / Qg's, and its arithmetic holds the wait for Kd^T's EMPTY_KD)
 CONSUMER_STAMP_PHASES["ahead"] = CONSUMER_STAMP_PHASES["ahead1"] = (
     ("P1b = W V' and P4 of the chunk before issued, next copies, P1b done", 0, 1),
     ("X^T stored, P4 done, decay, S^T stored, barrier", 1, 2),
     ("P2 issued, next chunk's operands built, its PQ issued, P2 done", 2, 3),
     ("o and V'^T stored, copies landed, PQ done, barrier", 3, 4))
 for _a in ("ahead", "ahead1"):
-    PRODUCER_STAMP_PHASES[_a] = PRODUCER_STAMP_PHASES["diet"]
+    PRODUCER_STAMP_PHASES[_a] = (PRODUCER_STAMP_PHASES["diet"][0],
+                                 ("gates, e^G; Kbg, Qg stored, FULL; wait for EMPTY_KD; Kd^T, 2^G_L stored", 1, 2),
+                                 PRODUCER_STAMP_PHASES["diet"][2])
     PRODUCER_WARPS[_a] = 4
 
 
