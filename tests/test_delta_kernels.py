@@ -183,9 +183,9 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
     assert r.stack_bytes == 0, f"{r.name} uses a {r.stack_bytes} B stack frame on {arch}"
     # ptxas may make every wgmma wait for the one before it (its C751x warnings): then nothing overlaps
     assert not r.wgmma_serialized, f"{r.name}: ptxas serialized its wgmmas ({r.wgmma_serialized}) on {arch}"
-    # Registers must allow at least one block of the launch size (07: the three blocks per SM it
-    # is built for).
-    if spec.form == "tc":   # the launch size the launcher uses (07: three blocks per SM)
+    # Registers must allow at least one block of the launch size (07: the blocks per SM it is built
+    # for, dk.prep_blocks_per_sm).
+    if spec.form == "tc":   # the launch size the launcher uses (07: its blocks per SM)
         threads = dk.tc_threads(function, args)
     else:
         threads = {"kda_recurrent": dk.RECURRENT_WARPS * 32, "kda_chunk_intra": 4 * args[1] if len(args) == 2 else 0,
@@ -263,7 +263,11 @@ def test_tensor_core_launcher_mirrors_the_kernel_layouts_and_errors():
     assert dk.lean_smem_words(128, 128, 32) == dk.ws_smem_words(128, 128, 32) - 3 * 32 * 128
     assert 4 * dk.cluster_smem_words(128, 128, 16) <= 227 * 1024
     assert 4 * dk.fused_smem_words(128, 128, 32) <= 227 * 1024
-    assert 3 * 4 * dk.prep_smem_words(128) <= 228 * 1024, "07 is sized for three blocks per SM"
+    # 07 is built for four blocks per SM on the bf16 path (three at fp32): each block's shared memory and
+    # the 1 KB the SM reserves per block
+    for bf in (True, False):
+        assert dk.prep_blocks_per_sm(bf) * (4 * dk.prep_smem_words(128, bf16=bf) + 1024) <= 228 * 1024, bf
+    assert dk.prep_blocks_per_sm(False) == 3 and dk.prep_smem_words(128, bf16=True) < dk.prep_smem_words(128)
     assert dk.ta_workspace_shape(2, 33, 3) == (2, 3, 2, 4, 32, 16)
     with pytest.raises(ValueError, match=r"compute capability >= 8\.0.*7\.5.*state='simt'"):
         dk.check_tc_device(75)
@@ -280,7 +284,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'ahead1' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -288,8 +292,8 @@ def test_bf16_io_validation_runs_without_a_gpu():
     # so is 17 (P1 and P4 as one bf16 product): not accurate enough for fp32 inputs
     with pytest.raises(ValueError, match=r"impl='single' \(17, P1 and P4 as one bf16 product\) runs on bf16 inputs only.*1e-4.*impl='diet'"):
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="single")
-    with pytest.raises(ValueError, match=r"impl='ahead1' \(18 with P1a, W and P4 as one bf16 product\) runs on bf16 inputs only.*impl='ahead'"):
-        dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="ahead1")
+    with pytest.raises(ValueError, match=r"impl='ahead' \(18, 17 with each chunk's P1 a chunk early\) runs on bf16 inputs only.*impl='diet'"):
+        dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="ahead")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         dk.validate_inputs(**t, initial_state=h0, io="bf16")
@@ -647,8 +651,8 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "ahead"}   # 11, 13-16, 18: clusters, wgmma, copies
-    # (17, "single", and 18's "ahead1" are bf16-I/O paths only)
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs"}   # 11, 13-16: clusters, wgmma, bulk and tensor copies
+    # (17, "single", and 18, "ahead", are bf16-I/O paths only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
     assert {x[1] for x in fast.bf16_io_impls(80)} == {fast.BEST_IMPL}

@@ -103,7 +103,6 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     for tag, label in (("fz", "06"), ("ts", "07->08"), ("ws", "07->09"), ("ln", "07->10"), ("rg", "07->12"),
                        ("r2", "07->12 (two roles)"), ("wg", "07<A2>->13 (wgmma)"),
                        ("dt", "07<A2>->15 (WG_E on fewer instructions)"),
-                       ("ah", "07<A2>->18 (each chunk's P1 a chunk early)"),
                        ("rs", "07<A2>->16 (the chain turned around, A operands from registers)")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         out[tag] = (o, s)
@@ -133,8 +132,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     xb = {n: round_bf16(np.asarray(x[n], np.float32)) for n in ("q", "k", "v", "g", "beta")}
     ref_ob, ref_sb = kda_recurrent_fp64(xb["q"], xb["k"], xb["v"], xb["g"], xb["beta"], scale,
                                         x.get("initial_state"), True)
-    for tag, label in (("bf", "07->10"), ("rb", "07->12"), ("wb", "07<A2>->13"), ("dtb", "07<A2>->15"), ("rsb", "07<A2>->16"),
-                       ("ahb", "07<A2>->18")):
+    for tag, label in (("bf", "07->10"), ("rb", "07->12"), ("wb", "07<A2>->13"), ("dtb", "07<A2>->15"), ("rsb", "07<A2>->16")):
         o, s = read(f"{tag}_o", (B, T, H, V)), read(f"{tag}_ht", (B, H, K, V))
         assert rel(o, round_bf16(ref_ob.astype(np.float32))) < BF16_O_TOL, f"{label} bf16 I/O: o error {rel(o, ref_ob):.2e}"
         assert rel(s, ref_sb) < TOL, f"{label} bf16 I/O: final state error {rel(s, ref_sb):.2e}"
@@ -147,11 +145,11 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     o, s = read("sgb_o", (B, T, H, V)), read("sgb_ht", (B, H, K, V))
     assert rel(o, mo) < SINGLE_TOL, f"07<A2>->17 bf16 I/O: o vs the rounding model {rel(o, mo):.2e}"
     assert rel(s, ms) < SINGLE_TOL, f"07<A2>->17 bf16 I/O: final state vs the rounding model {rel(s, ms):.2e}"
-    # 18 with ONE rounds P1a, W and P4 to one bf16 term (P1b = W V' keeps three): not 17's roundings, so
-    # held to the float64 recurrence like 17 is, within a quarter of 17's own error (the CPU model has
-    # 18's state and o within 1.25x of 17's in every case here, o mostly below it; a dropped product
-    # or a stale chunk is O(1))
-    o1, s1 = read("a1b_o", (B, T, H, V)), read("a1b_ht", (B, H, K, V))
+    # 18 rounds P1a, W and P4 to one bf16 term (P1b = W V' keeps three): not 17's roundings, so held to
+    # the float64 recurrence like 17 is, within a quarter of 17's own error (the CPU model has 18's state
+    # and o within 1.25x of 17's in every case here, o mostly below it; a dropped product or a stale
+    # chunk is O(1))
+    o1, s1 = read("ahb_o", (B, T, H, V)), read("ahb_ht", (B, H, K, V))
     ref_or = round_bf16(ref_ob.astype(np.float32))
     assert rel(s1, ref_sb) < 1.25 * rel(s, ref_sb) + 1e-5, f"07<A2>->18 one-term: state {rel(s1, ref_sb):.2e} vs 17's {rel(s, ref_sb):.2e}"
     assert rel(o1, ref_or) < 1.25 * rel(o, ref_or) + 1e-4, f"07<A2>->18 one-term: o {rel(o1, ref_or):.2e} vs 17's {rel(o, ref_or):.2e}"
@@ -186,8 +184,12 @@ def test_cluster_kernels_in_eager_order(harness, tmp_path):
     ref_o, ref_s = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
     assert rel(read("cl_o", (B, T, H, V)), ref_o) < TOL, "11 in eager order"
     # 18's two hand-overs a buffer (Kbg / Qg built a chunk early, Kd^T read until P4 a chunk later):
-    # with one warpgroup run far ahead of the other, a buffer refilled too early would show here
-    assert rel(read("ah_o", (B, T, H, V)), ref_o) < TOL and rel(read("ah_ht", (B, H, K, V)), ref_s) < TOL, "18 in eager order"
+    # with one warpgroup run far ahead of the other, a buffer refilled too early would show here (18 is
+    # bf16-only: held to the float64 recurrence on the rounded inputs within 17's error, as above)
+    xb = {n: round_bf16(np.asarray(x[n], np.float32)) for n in ("q", "k", "v", "g", "beta")}
+    _, ref_sb = kda_recurrent_fp64(xb["q"], xb["k"], xb["v"], xb["g"], xb["beta"], K ** -0.5, x["initial_state"], True)
+    s17, s18 = read("sgb_ht", (B, H, K, V)), read("ahb_ht", (B, H, K, V))
+    assert rel(s18, ref_sb) < 1.25 * rel(s17, ref_sb) + 1e-5, "18 in eager order"
 
 
 # ----------------------------------------------------------------------------- the launch path on the CPU

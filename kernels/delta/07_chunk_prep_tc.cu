@@ -25,13 +25,16 @@
 // earlier order, which widened each row's g inside that row's branch, stalled on its loads 3.5x as
 // often per issued instruction as the fp32 form; notebook 13 times 07 alone at both.)
 // q, k and g are read straight from global memory into registers (each thread two adjacent
-// channels of C / NQ rows), so shared memory holds only the products' operands: ~73 KB, three
-// blocks per SM.
+// channels of C / NQ rows), so shared memory holds only the products' operands; Akk, T and the four
+// output arrays live in the same space once the pair products have read it (their results wait in
+// registers across one more barrier): ~54 KB a block, four blocks per SM on the bf16 path (whose
+// 07 waited on its loads with three: Nsight Compute counted barrier and long-scoreboard stalls with
+// 36 % of the warps active), three on the fp32 path (its registers: 64 a thread would spill).
 #include "delta_common.cuh"
 
 #include "delta_io.cuh"
 
-template <int K, int C>
+template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (bf16 path)
 struct KdaPrepLayout {
     static constexpr int NW = 8;
     static constexpr int NTH = 32 * NW;
@@ -39,27 +42,31 @@ struct KdaPrepLayout {
     static constexpr int LC = C / 2 + 4;        // words per row of [.][C] bf16-pair arrays
     static constexpr int LA = C + 2;            // floats per row of Akk / T (fp32)
     static constexpr int NQ = NTH / (K / 2);
-    // Qg, Kbg, Kr as hi/lo pairs; on the exact path the same space holds G2, q, k in fp32
+    // Qg, Kbg, Kr as hi/lo pairs; on the exact path the same space holds G2, q, k in fp32. The late
+    // arrays (Akk, T, Y and the output arrays) follow it, or (ALIAS) take its place once the pair
+    // products have read it.
     static constexpr int OFF_OPS = 0;
     static constexpr int OPS_WORDS = (6 * C * LK > 3 * C * K) ? 6 * C * LK : 3 * C * K;
-    static constexpr int OFF_AKK = OFF_OPS + OPS_WORDS;   // Akk [C][LA]
+    static constexpr int LATE_WORDS = 2 * C * LA + 16 * 17 + 4 * C * LC;
+    static constexpr int OFF_AKK = ALIAS ? OFF_OPS : OFF_OPS + OPS_WORDS;   // Akk [C][LA]
     static constexpr int OFF_TF = OFF_AKK + C * LA;       // T [C][LA]
     static constexpr int OFF_Y = OFF_TF + C * LA;         // A10 T00 [16][17]
-    static constexpr int OFF_TOT = OFF_Y + 16 * 17;       // per-group gate sums [NQ][K]
+    static constexpr int OFF_TA = OFF_Y + 16 * 17;        // T hi, T lo, Aqk hi, Aqk lo [C][LC] each
+    static_assert((!ALIAS || LATE_WORDS <= OPS_WORDS) && OFF_TA % 4 == 0, "the late arrays fit the operands' space");
+    static constexpr int OFF_TOT = OPS_WORDS + (ALIAS ? 0 : LATE_WORDS);   // per-group gate sums [NQ][K]
     static constexpr int OFF_BETA = OFF_TOT + NQ * K;     // beta [C]
     static constexpr int OFF_FLAG = OFF_BETA + C;         // strong-decay flag (int)
-    static constexpr int OFF_TA = OFF_FLAG + 4;           // T hi, T lo, Aqk hi, Aqk lo [C][LC] each
-    static constexpr int WORDS = OFF_TA + 4 * C * LC;
+    static constexpr int WORDS = OFF_FLAG + 4;
 };
 
 template <int K, int C, bool BF = false,   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
           bool A2 = false>                 // A2: write Aqk T in place of Aqk (kernel 13)
-__global__ void __launch_bounds__(256, 3)
+__global__ void __launch_bounds__(256, BF ? 4 : 3)   // blocks per SM: kernels.prep_blocks_per_sm
 kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
                unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]
                int T, int H, float scale) {
-    using L = KdaPrepLayout<K, C>;
+    using L = KdaPrepLayout<K, C, BF>;   // bf16 path: four blocks per SM, the late arrays in the operands' space
     static_assert(C == 32, "the inverse works on two 16 x 16 blocks: chunks of 32");
     static_assert(K == 64 || K == 128, "K in {64, 128}");
     constexpr int NTH = L::NTH, NQ = L::NQ, RPG = C / NQ;
@@ -94,8 +101,10 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
     const int NC = (T + C - 1) / C;
     const long long t0 = (long long)n * C;
 
-    // zero T and Aqk (their upper blocks are never written), the flag; beta
-    for (int idx = tid; idx < 4 * C * LC; idx += NTH) TH[idx] = 0u;
+    // zero T and Aqk (their upper blocks are never written; ALIAS: zeroed once the pair products are
+    // done), the flag; beta
+    if constexpr (!BF)
+        for (int idx = tid; idx < 4 * C * LC; idx += NTH) TH[idx] = 0u;
     if (tid == 0) *sFlag = 0;
     if (tid < C) sBeta[tid] = (t0 + tid < TT) ? kda_ld1<BF>(beta + (b * TT + t0 + tid) * H + h) : 0.0f;
 
@@ -167,13 +176,39 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
     }
     __syncthreads();
 
-    // ---- Akk and Aqk
+    // ---- Akk and Aqk, into registers: their arrays share the operands' space
+    static_assert(C * C / NTH == 4, "the exact path keeps four pairs a thread, the fast path 2 x 4 values");
+    float keep[8];   // fast path: this warp's 16 x 16 block, n-tile jj at 4 jj (rows g8, g8 + 8);
+                     // exact path: Akk, then Aqk, of pairs tid, tid + NTH, ... at u and 4 + u
+    auto store_exact = [&](int idx, float ak, float aq) {   // exact path: pair idx's Akk and Aqk (hi / lo halves)
+        const int i = idx / C, j = idx % C;
+        sAkk[i * LA + j] = ak;
+        unsigned hw, lw;
+        split_bf16x2(aq, 0.0f, hw, lw);
+        reinterpret_cast<unsigned short*>(AqH + i * LC)[j] = (unsigned short)(hw & 0xffffu);
+        reinterpret_cast<unsigned short*>(AqL + i * LC)[j] = (unsigned short)(lw & 0xffffu);
+    };
+    auto store_fast = [&](int prod, int mt, int nb) {   // fast path: the warp's block of Akk (fp32) or Aqk (hi / lo)
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+            float d[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = mt * 16 + g8 + 8 * (e / 2), j = nb * 16 + jj * 8 + 2 * t4 + e % 2;
+                if (prod == 0) sAkk[i * LA + j] = (j < i) ? keep[4 * jj + e] : 0.0f;
+                d[e] = (j <= i) ? keep[4 * jj + e] : 0.0f;
+            }
+            if (prod == 1) store_acc_split(AqH, AqL, LC, mt * 16, nb * 16 + jj * 8, d, g8, t4);
+        }
+    };
+    // warp's block: (mt, nb) of Akk (prod = 0) or Aqk (prod = 1), nb <= mt
+    auto block_of = [&](int& mt_, int& nb_) { mt_ = 0; nb_ = warp / 2; while (mt_ < MT && nb_ > mt_) { nb_ -= mt_ + 1; ++mt_; } };
     if (!slow) {
         if (warp < MT * (MT + 1)) {
-            // 16 x 16 block (mt, nb) of Akk (prod = 0: Kbg Kr^T) or Aqk (prod = 1: Qg Kr^T)
             const int prod = warp % 2;
-            int mt = 0, nb = warp / 2;
-            while (mt < MT && nb > mt) { nb -= mt + 1; ++mt; }
+            int mt, nb;
+            block_of(mt, nb);
+            // 16 x 16 block (mt, nb) of Akk (prod = 0: Kbg Kr^T) or Aqk (prod = 1: Qg Kr^T)
             const unsigned* AH = (prod ? QgH : KbH) + mt * 16 * LK;
             const unsigned* AL = (prod ? QgL : KbL) + mt * 16 * LK;
             float acc[2][2][4] = {};   // [n-tile][k parity]
@@ -188,21 +223,14 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
                 mma_3xbf16_half(acc[1][kk & 1], ah, al, bh, bl, 1);
             }
 #pragma unroll
-            for (int jj = 0; jj < 2; ++jj) {
-                float d[4];
+            for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = mt * 16 + g8 + 8 * (e / 2), j = nb * 16 + jj * 8 + 2 * t4 + e % 2;
-                    const float x = acc[jj][0][e] + acc[jj][1][e];
-                    if (prod == 0) sAkk[i * LA + j] = (j < i) ? x : 0.0f;
-                    d[e] = (j <= i) ? x : 0.0f;
-                }
-                if (prod == 1) store_acc_split(AqH, AqL, LC, mt * 16, nb * 16 + jj * 8, d, g8, t4);
-            }
+                for (int e = 0; e < 4; ++e) keep[4 * jj + e] = acc[jj][0][e] + acc[jj][1][e];
+            if constexpr (!BF) store_fast(prod, mt, nb);   // its own space: stored at once (fewer registers)
         }
     } else {
         // Exact path: every (i, j <= i) pair with one exp2 per channel; no factor can overflow.
-        for (int idx = tid; idx < C * C; idx += NTH) {
+        auto pair = [&](int idx, float& ak, float& aq) {
             const int i = idx / C, j = idx % C;
             float sk2 = 0.f, sq2 = 0.f;
             if (j <= i) {
@@ -212,18 +240,40 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
                     sq2 += sQx[i * K + c] * dec;
                 }
             }
-            sAkk[i * LA + j] = (j < i) ? sBeta[i] * sk2 : 0.0f;
-            const float aq = (j <= i) ? scale * sq2 : 0.0f;
-            unsigned hw, lw;
-            split_bf16x2(aq, 0.0f, hw, lw);
-            reinterpret_cast<unsigned short*>(AqH + i * LC)[j] = (unsigned short)(hw & 0xffffu);
-            reinterpret_cast<unsigned short*>(AqL + i * LC)[j] = (unsigned short)(lw & 0xffffu);
+            ak = (j < i) ? sBeta[i] * sk2 : 0.0f;
+            aq = (j <= i) ? scale * sq2 : 0.0f;
+        };
+        if constexpr (BF) {   // kept until the operands are read
+#pragma unroll
+            for (int u = 0; u < C * C / NTH; ++u) pair(tid + u * NTH, keep[u], keep[4 + u]);
+        } else {              // their own space: stored at once (fewer registers)
+            for (int idx = tid; idx < C * C; idx += NTH) {
+                pair(idx, keep[0], keep[4]);
+                store_exact(idx, keep[0], keep[4]);
+            }
         }
+    }
+    if constexpr (BF) __syncthreads();   // every operand read: the space is Akk, T, Y and the output arrays from here
+    if (!slow) {
+        if (BF && warp < MT * (MT + 1)) {
+            int mt, nb;
+            block_of(mt, nb);
+            store_fast(warp % 2, mt, nb);
+        }
+    } else if constexpr (BF) {
+#pragma unroll
+        for (int u = 0; u < C * C / NTH; ++u) store_exact(tid + u * NTH, keep[u], keep[4 + u]);
     }
     __syncthreads();
 
     // ---- T = (I + Akk)^-1: warp 0 inverts both diagonal blocks (lane = column j of block bb;
     // right-looking substitution, a 16-FMA dependent chain), then all threads form T10 = -T11 A10 T00.
+    if (BF && warp != 0) {   // meanwhile (ALIAS): the upper-right 16 x 16 block of each output array (read by the copy out only)
+        for (int idx = tid - 32; idx < 4 * 16 * 8; idx += NTH - 32) {
+            const int arr = idx / 128, r = (idx / 8) % 16, w = idx % 8;
+            TH[arr * C * LC + r * LC + 8 + w] = 0u;
+        }
+    }
     if (warp == 0) {
         const int bb = lane / 16, j = lane % 16, base = 16 * bb;
         float col[16];

@@ -25,6 +25,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr bool DIET = DIET_;                   // 15: WG_E's operands with fewer instructions
     static constexpr bool ONE = ONE_;                     // 17: P1 and P4 as one bf16 term (no lo operands)
     static constexpr bool AHEAD = AHEAD_;                 // 18: each chunk's P1 from the state a chunk earlier
+    static_assert(!AHEAD || ONE, "18 takes 17's one-term products (its three-term form spilled and ran slower)");
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
@@ -529,16 +530,14 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         // are defined at two sites, the prologue's and the loop's).
         float c1[BV / 2];   // P1a of the next chunk: [Kg; Qg]_m (D S)_{m-1}
         unsigned wh[2][4], wl[2][4];   // W_m as A fragments (hi / lo): k step s = tokens 16s .. (column groups 2s, 2s + 1)
-        // W's accumulators hold columns 0-31 from Kd^T hi, 32-63 from Kd^T lo (ONE: lo unused)
+        // W's accumulators hold columns 0-31 from Kd^T hi (32-63: Kd^T's unused lo half, not read)
         auto w_frags = [&](const float (&qw)[32]) {
 #pragma unroll
             for (int s = 0; s < 2; ++s)
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int j = 2 * s + (q >> 1), e = 2 * (q & 1);
-                    float w0 = qw[4 * j + e], w1 = qw[4 * j + e + 1];
-                    if constexpr (!L::ONE) { w0 += qw[4 * (j + 4) + e]; w1 += qw[4 * (j + 4) + e + 1]; }
-                    split_bf16x2(w0, w1, wh[s][q], wl[s][q]);
+                    split_bf16x2(qw[4 * j + e], qw[4 * j + e + 1], wh[s][q], wl[s][q]);
                 }
         };
 #pragma unroll
@@ -549,14 +548,13 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         fence_proxy_async();
         named_bar_sync(BAR_CONS, 128);
         auto kdt_mn = [](unsigned addr) { return wgmma_desc_sw128(addr, 8192, 1024); };   // Kd^T: MN-major B, one 64-wide chunk
-        auto issue_pq = [&](int m, float (&q1)[BV / 2], float (&qw)[32]) {   // from the built A fragments
+        auto issue_pq = [&](int m, float (&q1)[BV / 2], float (&qw)[32]) {   // from the built A fragments (hi: ONE)
             wgmma_fence();
             issue_p1(q1);
             const unsigned kd_a = base + opb(m > 0 ? m - 1 : 0);   // chunk 0 has no W (its result is not read)
 #pragma unroll
             for (int s = 0; s < KS; ++s) {   // k step s: channels 16s .. 16s + 15, Kd^T rows 16s ..
                 wgmma_rs<64, true>(qw, ah[s], kdt_mn(kd_a + s * 2048), s > 0);
-                if constexpr (!L::ONE) wgmma_rs<64, true>(qw, al[s], kdt_mn(kd_a + s * 2048), 1);
             }
             wgmma_commit();
         };

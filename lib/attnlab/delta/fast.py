@@ -29,11 +29,10 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 tma", "tma", ("07", "14")),
             ("07+14 tma, WG_C too", "tma2", ("07", "14")), ("07+15", "diet", ("07", "15")),
-            ("07+16", "wgrs", ("07", "16")), ("07+18", "ahead", ("07", "18")))
+            ("07+16", "wgrs", ("07", "16")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10",
-                     "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma",
-                     "07+18": "07+15"}
+                     "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma"}
 BEST = "07+10"
 BEST_IMPL = "lean"
 #: the bf16-I/O paths (bf16 q, k, v, g, beta and o; fp32 arithmetic and state): (label, impl, steps)
@@ -41,8 +40,7 @@ BF16_IO = "07+10 bf16 I/O"
 BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma", ("07", "13")),
                  ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")),
                  ("07+15 bf16 I/O", "diet", ("07", "15")), ("07+16 bf16 I/O", "wgrs", ("07", "16")),
-                 ("07+17 bf16 I/O", "single", ("07", "17")), ("07+18 bf16 I/O", "ahead", ("07", "18")),
-                 ("07+18 one-term bf16 I/O", "ahead1", ("07", "18")))
+                 ("07+17 bf16 I/O", "single", ("07", "17")), ("07+18 bf16 I/O", "ahead", ("07", "18")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -298,7 +296,7 @@ def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], seed: int
     for T in T_list:
         _, d = device_inputs(B, T, H, K, V, seed=seed)
         out_bytes = 4 * B * T * H * V
-        two = [(lab, impl) for lab, impl, steps in tc_impls() if impl in (BEST_IMPL, "wgmma", "ahead")]   # 18: the fastest
+        two = [(lab, impl) for lab, impl, steps in tc_impls() if impl in (BEST_IMPL, "wgmma")]
         for label, make in (*[(lab, lambda impl=impl: dk.prepare_tc(**d, check_gate=False, impl=impl)) for lab, impl in two],
                             ("06 fused", lambda: dk.prepare_tc(**d, check_gate=False, impl="fused")),
                             (THREE, lambda: dk.prepare_chunk(**d, check_gate=False))):
@@ -383,16 +381,15 @@ for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet", "single
 
 #: 18: each chunk's P1 a chunk early (wgmma_recurrence.cuh's AHEAD loop: WG_C stamps 0-4; WG_E's are 15's,
 #: its wait for EMPTY now Kbg / Qg's, and its arithmetic holds the wait for Kd^T's EMPTY_KD)
-CONSUMER_STAMP_PHASES["ahead"] = CONSUMER_STAMP_PHASES["ahead1"] = (
+CONSUMER_STAMP_PHASES["ahead"] = (
     ("P1b = W V' and P4 of the chunk before issued, next copies, P1b done", 0, 1),
     ("X^T stored, P4 done, decay, S^T stored, barrier", 1, 2),
     ("P2 issued, next chunk's operands built, its PQ issued, P2 done", 2, 3),
     ("o and V'^T stored, copies landed, PQ done, barrier", 3, 4))
-for _a in ("ahead", "ahead1"):
-    PRODUCER_STAMP_PHASES[_a] = (PRODUCER_STAMP_PHASES["diet"][0],
-                                 ("gates, e^G; Kbg, Qg stored, FULL; wait for EMPTY_KD; Kd^T, 2^G_L stored", 1, 2),
-                                 PRODUCER_STAMP_PHASES["diet"][2])
-    PRODUCER_WARPS[_a] = 4
+PRODUCER_STAMP_PHASES["ahead"] = (PRODUCER_STAMP_PHASES["diet"][0],
+                                  ("gates, e^G; Kbg, Qg stored, FULL; wait for EMPTY_KD; Kd^T, 2^G_L stored", 1, 2),
+                                  PRODUCER_STAMP_PHASES["diet"][2])
+PRODUCER_WARPS["ahead"] = 4
 
 
 #: 16: the chain turned around (kernels/delta/16_chunk_state_wgrs.cu: WG_C stamps 0-4, WG_E 0-3)
@@ -454,9 +451,8 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("16", "wgrs", {}), ("16 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wgrs", {"KDA_PROBE": 5}),
                 ("17 (bf16 I/O)", "single", {}),
                 ("17 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "single", {"KDA_PROBE": 5}),
-                ("18", "ahead", {}), ("18 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "ahead", {"KDA_PROBE": 5}),
-                ("18 one-term (bf16 I/O)", "ahead1", {}),
-                ("18 one-term (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "ahead1", {"KDA_PROBE": 5}))
+                ("18 (bf16 I/O)", "ahead", {}),
+                ("18 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "ahead", {"KDA_PROBE": 5}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -539,8 +535,7 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
 #: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single",   # single (17): on bf16 inputs
-                  "ahead", "ahead1")                                   # 18 (ahead1: on bf16 inputs)
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead")   # 17, 18: on bf16 inputs
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:

@@ -16,9 +16,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   tensor copy; ``"tma3"``: and three Kd^T buffers; sm_90a), → ``15`` (``"diet"``: 14 ``"tma2"`` with
   the element-wise warpgroup on fewer instructions; sm_90a), → ``16`` (``"wgrs"``: the chain turned around,
   S^T in the accumulators and every A operand from registers, 64 value columns a block; sm_90a), → ``17``
-  (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 15
-  with each chunk's P1 taken a chunk early; ``"ahead1"``: with 17's one-term products, bf16 inputs only;
-  sm_90a), → ``12`` (``"regs"``),
+  (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 17
+  with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -64,15 +63,15 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single", "ahead", "ahead1")
+              "wgrs", "single", "ahead")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
                "impl='wgmma'"),
     "single": ("17, P1 and P4 as one bf16 product", "its products are bf16-accurate (~1e-3), not the 1e-4 that fp32 "
                "inputs are held to", "impl='diet'"),
-    "ahead1": ("18 with P1a, W and P4 as one bf16 product", "its products are bf16-accurate (~1e-3), not the 1e-4 that "
-               "fp32 inputs are held to", "impl='ahead'"),
+    "ahead": ("18, 17 with each chunk's P1 a chunk early", "it takes 17's one-term (bf16-accurate, ~1e-3) products, not "
+              "the 1e-4 that fp32 inputs are held to", "impl='diet'"),
 }
 BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -144,10 +143,10 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "15 with P1 and P4 as one bf16 wgmma each (8 and 4 a chunk in place of 24 and 12) and S^T, Kd^T "
                 "stored as bf16 only: with bf16 inputs their rounding, not the products', sets the error"),
     DeltaKernel("18", "delta/18_chunk_state_ahead.cu", "kda_chunk_state_ahead", "tc",
-                "recurrence on warpgroup MMAs with each chunk's first product a chunk early (sm_90a)", 90,
-                "15 (17 with one-term products) with P1 of chunk n + 1 split as [Kg; Qg] (D S)_n + W V'_n, "
-                "W = [Kg; Qg] Kd_n^T: both K = 128 products run during chunk n behind its P2, and the chain "
-                "between V'_n and X_{n+1} keeps only W V'_n (two k steps)"),
+                "recurrence on warpgroup MMAs for bf16 inputs, each chunk's first product a chunk early (sm_90a)", 90,
+                "17 with P1 of chunk n + 1 split as [Kg; Qg] (D S)_n + W V'_n, W = [Kg; Qg] Kd_n^T: both K = 128 "
+                "products issued during chunk n behind its P2, the chain between V'_n and X_{n+1} keeping only "
+                "W V'_n (two k steps)"),
 )
 
 
@@ -556,11 +555,19 @@ def fused_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return fp32 + pairs
 
 
-def prep_smem_words(K: int, C: int = FUSED_CHUNK) -> int:
-    """Dynamic shared memory of ``kda_chunk_prep`` (07) in words (mirrors ``KdaPrepLayout``)."""
+def prep_smem_words(K: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+    """Dynamic shared memory of ``kda_chunk_prep`` (07) in words (mirrors ``KdaPrepLayout``; on the bf16
+    path Akk, T and the output arrays share the operands' space)."""
     LK, LC, LA = K // 2 + 4, C // 2 + 4, C + 2
     NQ = FUSED_THREADS // (K // 2)
-    return max(6 * C * LK, 3 * C * K) + 2 * C * LA + 16 * 17 + NQ * K + C + 4 + 4 * C * LC
+    late = 0 if bf16 else 2 * C * LA + 16 * 17 + 4 * C * LC
+    return max(6 * C * LK, 3 * C * K) + late + NQ * K + C + 4
+
+
+def prep_blocks_per_sm(bf16: bool) -> int:
+    """The blocks per SM 07 is built for (its ``__launch_bounds__``): four on the bf16 path, three at fp32
+    (64 registers a thread would spill there)."""
+    return 4 if bf16 else 3
 
 
 def onchip_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
@@ -707,7 +714,8 @@ class TcPlan:
         _, _, threads, words = STATE_IMPLS[self.impl]
         threads = threads(self.bv) if callable(threads) else threads
         state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1), smem=4 * words(K, V, self.bv))
-        return {"prep": dict(grid=(NC, H, B), block=(FUSED_THREADS, 1, 1), smem=4 * prep_smem_words(K)),
+        return {"prep": dict(grid=(NC, H, B), block=(FUSED_THREADS, 1, 1),
+                             smem=4 * prep_smem_words(K, bf16=self.io == "bf16")),
                 "state": state}
 
     def poison(self) -> None:
@@ -766,9 +774,8 @@ STATE_IMPLS = {
     "wgrs": (WGRS_SRC, "kda_chunk_state_wgrs", WGMMA_THREADS, wgrs_smem_words),
     "single": (SINGLE_SRC, "kda_chunk_state_single", WGMMA_THREADS,   # bf16 inputs only: their tiles' size
                lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
-    "ahead": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS, mc_smem_words),
-    "ahead1": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS,   # bf16 inputs only
-               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
+    "ahead": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS,   # bf16 inputs only
+              lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -776,7 +783,7 @@ MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_
 #: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
 TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
-             "ahead", "ahead1")                          # 18: each chunk's P1 a chunk early (ahead1: one-term products)
+             "ahead")                                    # 18: 17 with each chunk's P1 a chunk early
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -793,7 +800,6 @@ STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles)
                     "bulk": (1, False), "bulk2": (1, True),
                     "tma": (False, 2), "tma2": (True, 2),   # 14's TMA form: WG_C's copies as tensor copies too
                     "tma3": (True, 3),                    # ... and three Kd^T buffers
-                    "ahead": (False,), "ahead1": (True,),   # 18: one-term products (ONE)
                     "multicast": lambda V, bv: (mc_cluster(V, bv), False),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"), False)}
 
@@ -867,7 +873,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + state_extra_args(impl, V, bv),
                                         defines=defines, arch=STATE_ARCH.get(impl))}
-        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K)
+        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf)
         kernels["state"].max_dynamic_shared_size_bytes = 4 * words(K, V, bv)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
@@ -910,8 +916,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     function name and template arguments (K, V or C, ...) as :func:`static_instantiations` lists them."""
     if function == "kda_chunk_fused":
         return 4 * fused_smem_words(args[0], args[1], args[3])
-    if function == "kda_chunk_prep":
-        return 4 * prep_smem_words(args[0])
+    if function == "kda_chunk_prep":   # (K, C, BF, A2)
+        return 4 * prep_smem_words(args[0], bf16=bool(args[2]))
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
         return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                     nst=args[5] if len(args) > 5 else 1)
@@ -919,7 +925,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                  nkd=args[6] if len(args) > 6 else 2)
     if function in ("kda_chunk_state_mc", "kda_chunk_state_diet", "kda_chunk_state_single",
-                    "kda_chunk_state_ahead"):   # (K, V, C, BV, BF[, CL, BSLOT] or [, ONE])
+                    "kda_chunk_state_ahead"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
@@ -933,11 +939,12 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
 
 def tc_threads(function: str, args: tuple) -> int:
     """Block size a tensor-core kernel (06-13) is launched with, from its function name and template
-    arguments as :func:`static_instantiations` lists them (07: the three blocks per SM it is sized for)."""
+    arguments as :func:`static_instantiations` lists them (07: the threads of the blocks per SM it is built
+    for, :func:`prep_blocks_per_sm`)."""
     if function == "kda_chunk_fused":
         return FUSED_THREADS
-    if function == "kda_chunk_prep":
-        return 3 * FUSED_THREADS
+    if function == "kda_chunk_prep":   # (K, C, BF, A2)
+        return prep_blocks_per_sm(bool(args[2])) * FUSED_THREADS
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return regs_threads(args[3], args[5] if len(args) > 5 else 1)
     for _, fn, threads, _ in STATE_IMPLS.values():
