@@ -187,10 +187,27 @@ def test_cluster_kernels_in_eager_order(harness, tmp_path):
     # with one warpgroup run far ahead of the other, a buffer refilled too early would show here (18 is
     # bf16-only: held to the float64 recurrence on the rounded inputs within 17's error, as above)
     xb = {n: round_bf16(np.asarray(x[n], np.float32)) for n in ("q", "k", "v", "g", "beta")}
-    _, ref_sb = kda_recurrent_fp64(xb["q"], xb["k"], xb["v"], xb["g"], xb["beta"], K ** -0.5, x["initial_state"], True)
+    ref_ob, ref_sb = kda_recurrent_fp64(xb["q"], xb["k"], xb["v"], xb["g"], xb["beta"], K ** -0.5, x["initial_state"], True)
+    ref_or = round_bf16(ref_ob.astype(np.float32))
     s17, s18 = read("sgb_ht", (B, H, K, V)), read("ahb_ht", (B, H, K, V))
-    assert rel(s18, ref_sb) < 1.25 * rel(s17, ref_sb) + 1e-5, "18 in eager order"
+    o17, o18 = read("sgb_o", (B, T, H, V)), read("ahb_o", (B, T, H, V))
+    assert rel(s18, ref_sb) < 1.25 * rel(s17, ref_sb) + 1e-5, "18 in eager order: final state"
+    assert rel(o18, ref_or) < 1.25 * rel(o17, ref_or) + 1e-4, "18 in eager order: o"
 
+
+
+def test_18_hands_buffers_back_only_after_the_wgmmas_that_read_them():
+    """18's chain releases chunk n - 1's Kd^T (EMPTY_KD) only after the wait that retires P4 of chunk
+    n - 1, and chunk n + 1's PQ is retired before the barrier after which S^T is overwritten. The CPU
+    model cannot lose the first race (a thread's wgmma wait never yields to another fiber, so the
+    element-wise warpgroup never runs between the release and the retire): the order is checked in
+    the source."""
+    chain = (ROOT / "kernels" / "delta" / "wgmma_recurrence.cuh").read_text().split("kda_wg_chain(")[1]
+    ahead = chain.split("if constexpr (L::AHEAD) {")[1].split("\n    } else {\n")[0]
+    assert ahead.index("wgmma_wait<0>();   // P4 of chunk n - 1") < ahead.index("EMPTY_KD + ((n - 1) & 1)")
+    d = ahead.index("// ------------------------------------------ P2, then PQ")
+    tail = ahead[d:]
+    assert tail.index("wgmma_wait<0>();   // PQ of chunk n + 1") < tail.index("named_bar_sync(BAR_CONS, 128);")
 
 # ----------------------------------------------------------------------------- the launch path on the CPU
 
