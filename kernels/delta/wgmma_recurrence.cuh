@@ -62,6 +62,10 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
                   "tiles must stay aligned");
 };
 
+#ifndef KDA_LATE_SIDE
+#define KDA_LATE_SIDE 0   // probe build: 13-17's side work issued behind P1 (1) or before it (0, as recorded)
+#endif
+
 // Probe builds (scripts/probe_delta_recurrence.py; results meaningless): KDA_PROBE=4 copies no
 // inputs after chunk 0 (both warpgroups reuse chunk 0's staged q, k, g, T, A2 and v): the period
 // without global input traffic; KDA_PROBE=5 idles WG_E's arithmetic (it only hands buffers over):
@@ -658,15 +662,24 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     for (int n = 0; n < NC; ++n) {
         const long long t0 = (long long)n * C;
         KDA_STAMP(0);
+#if !KDA_LATE_SIDE
         if (n + 1 < NC && KDA_PROBE != 4) copy_slot(n + 1);   // lands during this chunk; waited before its last barrier
         const float beta_i = kda_widen1<BF>(rbeta);
         if (n + 1 < NC) load_beta(n + 1);
         decay(n);   // the state's decay for this chunk's update (S went to S^T before it)
+#else
+        const float beta_i = kda_widen1<BF>(rbeta);
+#endif
         // ------------------------------------------------ P1: [Kbg S; Ob] = [Kbg; Qg] S
         float p1[BV / 2];
         wgmma_fence();
         issue_p1(p1);
         wgmma_commit();
+#if KDA_LATE_SIDE   // probe: the side work behind P1's issue (thread 0's copies no longer delay the wgmmas)
+        if (n + 1 < NC && KDA_PROBE != 4) copy_slot(n + 1);
+        if (n + 1 < NC) load_beta(n + 1);
+        decay(n);
+#endif
         // while P1 runs: this chunk's P2 A rows (warp's tokens: T rows at g8, A2 rows at g8 + 8)
         unsigned ta[2][2][4];   // [hi/lo][k step][a0..a3]
         load_ta(n, ta);
