@@ -1,5 +1,6 @@
 """Repository invariants: clean source notebooks, packaging that agrees, recorded data with provenance."""
 
+import json
 import re
 import tomllib
 
@@ -26,6 +27,15 @@ def test_source_notebooks_carry_no_outputs(path):
         if cell.cell_type == "code":
             assert not cell.outputs, f"{path.name} cell {i} has outputs: clear them before committing"
             assert cell.execution_count is None, f"{path.name} cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_source_notebook_cells_have_unique_ids(path):
+    """nbformat 4.5 cells carry ids (nbformat warns, and will refuse, where one is missing)."""
+    cells = json.loads(path.read_text())["cells"]
+    ids = [c.get("id") for c in cells]
+    assert all(ids), f"{path.name}: cells {[i for i, x in enumerate(ids) if not x]} have no id"
+    assert len(set(ids)) == len(ids), f"{path.name}: repeated cell ids"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
