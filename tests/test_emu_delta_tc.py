@@ -397,7 +397,7 @@ def test_wgmma_family_stamps_and_generated_lines():
     assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", ahead))) == list(range(5))
     for impl in sorted(set(fast.WG_STAMP_IMPLS) | {"bulk2", "tma", "tma2", "tma3", "diet"}):
         # 16's chain stamps 0-4 (kernels/delta/16_chunk_state_wgrs.cu), 18's too (its AHEAD loop)
-        n_stamps = 5 if impl in ("wgrs", "ahead", "ahead1") else 8
+        n_stamps = 5 if impl in ("wgrs", "ahead") else 8
         assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(n_stamps))
         assert sorted({i for _, a, b in fast.PRODUCER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(4))
         assert fast.PRODUCER_WARPS[impl] == 4
