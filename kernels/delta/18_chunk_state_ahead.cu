@@ -23,10 +23,10 @@
 // checked for every build): chunk 0's P1b and P4 run too, on a zero V'^T, and P1a and W cross from one
 // chunk to the next as copies.
 // What the probes found (scripts/probe_delta_recurrence.py, not recorded; notebook 13 records the
-// times): the three-term form of this schedule (fp32 inputs) needed more than 255 registers (spills) and
-// ran about half as fast as 15, and this one-term form is slower than 17; its clock stamps put most of
-// the chunk in the stage that issues PQ behind P2 and in the element-wise warpgroup's wait before its
-// arithmetic. Issuing a wgmma is not free of its execution: the products this schedule moves off the
+// times): the three-term form of this schedule (fp32 inputs) needed more than 255 registers (spills)
+// and ran about half as fast as 15, and this one-term form is slower than 17; its clock stamps put the
+// largest share of the chunk in the stage that issues PQ behind P2 and in the element-wise warpgroup's
+// wait before its arithmetic. Issuing a wgmma is not free of its execution: the products this schedule moves off the
 // chain are still issued by the chain's warpgroup, one after another on its tensor cores, and the
 // operands they need a chunk earlier make WG_C wait for WG_E's hand-over sooner. So 18 stays a bf16-only
 // step with a recorded time beside 17's; overlapping the chain with other products needs them issued
