@@ -209,18 +209,23 @@ kda_chunk_state_mc(const typename KdaIn<BF>::T* __restrict__ q, const typename K
     kda_mc_body<K, V, C, BV, BF, CL, BSLOT ? 1 : 0, false>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, nullptr);
 }
 
+// The parameters of the tensor-copy recurrences (14's "tma" forms, 15, 17, 18; BF in scope): the inputs,
+// 07's output (TA), the initial and final state, o, and the tensor maps of g, k, q as (K, H, T, B) in
+// boxes of (K, 1, C, 1), of v as (V, H, T, B) in boxes of (BV, 1, C, 1), swizzled, and of 07's output
+// as rows of C/2 words in boxes of 4C rows, swizzled; KDA_TMA_MAPS: the maps as kda_mc_body takes them.
+#define KDA_TMA_STATE_PARAMS                                                                                  \
+    const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,                 \
+        const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,             \
+        const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,                      \
+        const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht, int T,   \
+        int H, float scale, const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk,             \
+        const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tv, const __grid_constant__ TmaMap tta
+#define KDA_TMA_MAPS const TmaMap* maps[5] = {&tg, &tk, &tq, &tv, &tta}
+
 template <int K, int V, int C, int BV, bool BF = false, bool TSLOT = false,   // TSLOT: WG_C's copies as tensor copies too
           int NKD = 2>                                                         // NKD: Kd^T buffers (3: a ring of their own)
 __global__ void __launch_bounds__(256, 1)
-kda_chunk_state_tma(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
-                    const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
-                    const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
-                    const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
-                    int T, int H, float scale,
-                    const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk,
-                    const __grid_constant__ TmaMap tq,      // g, k, q as (K, H, T, B), boxes of (K, 1, C, 1)
-                    const __grid_constant__ TmaMap tv,      // TSLOT: v as (V, H, T, B), boxes of (BV, 1, C, 1),
-                    const __grid_constant__ TmaMap tta) {   // and TA as rows of C/2 words, boxes of 4C rows (swizzled)
-    const TmaMap* maps[5] = {&tg, &tk, &tq, &tv, &tta};
+kda_chunk_state_tma(KDA_TMA_STATE_PARAMS) {   // TSLOT = false: tv and tta unused (WG_C copies by cp.async)
+    KDA_TMA_MAPS;
     kda_mc_body<K, V, C, BV, BF, 1, TSLOT ? 2 : 0, true, NKD>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }

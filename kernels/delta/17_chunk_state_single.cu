@@ -30,16 +30,8 @@
 
 template <int K, int V, int C, int BV, bool BF = true>
 __global__ void __launch_bounds__(256, 1)
-kda_chunk_state_single(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
-                       const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
-                       const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
-                       const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
-                       int T, int H, float scale,
-                       const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk,
-                       const __grid_constant__ TmaMap tq,      // g, k, q as (K, H, T, B), boxes of (K, 1, C, 1)
-                       const __grid_constant__ TmaMap tv,      // v as (V, H, T, B), boxes of (BV, 1, C, 1), swizzled
-                       const __grid_constant__ TmaMap tta) {   // 07's output as rows of C/2 words, boxes of 4C rows
+kda_chunk_state_single(KDA_TMA_STATE_PARAMS) {
     static_assert(BF, "17 rounds P1 and P4 to one bf16 term: bf16 inputs only (fp32 inputs: 15)");
-    const TmaMap* maps[5] = {&tg, &tk, &tq, &tv, &tta};
+    KDA_TMA_MAPS;
     kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }
