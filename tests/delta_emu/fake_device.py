@@ -176,8 +176,13 @@ def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
     while depth:
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         i += 1
+    plist = text[m.end():i - 1].strip()
+    # a parameter list given as one object-like macro (kernels/delta/14's KDA_TMA_STATE_PARAMS): its body
+    macros = {d.group(1): d.group(2).replace("\\\n", " ")
+              for d in re.finditer(r"#define (\w+)[ \t]+((?:[^\n]*\\\n)*[^\n]*)", text)}
+    plist = macros.get(plist, plist)
     params = []
-    for p in text[m.end():i - 1].split(","):
+    for p in plist.split(","):
         p = " ".join(p.split())
         name = re.findall(r"(\w+)\s*$", p)[0]
         if "TmaMap" in p:
