@@ -111,6 +111,10 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     for tag, label in (("ws", "09"), ("ln", "10")):
         assert np.array_equal(out[tag][0], out["ts"][0]) and np.array_equal(out[tag][1], out["ts"][1]), \
             f"{label} must reproduce 08 bit for bit"
+    # 19 is 15 with P1's A rounded to its bf16 hi / lo words by WG_E (stored as the wgmma's MN-major
+    # tile) instead of by WG_C (A fragments): the same words, the same products in the same order
+    o, s = read("tl_o", (B, T, H, V)), read("tl_ht", (B, H, K, V))
+    assert np.array_equal(o, out["dt"][0]) and np.array_equal(s, out["dt"][1]), "07<A2>->19 must reproduce 15 bit for bit"
     # 14 is 13 with its inputs multicast to a cluster (all of a head's value blocks, or pairs of them):
     # the same arithmetic on the same values
     for tag, how in (("mc", "one cluster per head"), ("m2", "pairs"), ("m1", "no cluster, plain bulk copies"),
@@ -145,6 +149,9 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     o, s = read("sgb_o", (B, T, H, V)), read("sgb_ht", (B, H, K, V))
     assert rel(o, mo) < SINGLE_TOL, f"07<A2>->17 bf16 I/O: o vs the rounding model {rel(o, mo):.2e}"
     assert rel(s, ms) < SINGLE_TOL, f"07<A2>->17 bf16 I/O: final state vs the rounding model {rel(s, ms):.2e}"
+    # 19 on bf16 inputs: 17's one-term products, P1's A from WG_E's tile: 17's words, bit for bit
+    o19, s19 = read("tlb_o", (B, T, H, V)), read("tlb_ht", (B, H, K, V))
+    assert np.array_equal(o19, o) and np.array_equal(s19, s), "07<A2>->19 bf16 I/O must reproduce 17 bit for bit"
     # 18 rounds P1a, W and P4 to one bf16 term (P1b = W V' keeps three): not 17's roundings, so held to
     # the float64 recurrence like 17 is, within a quarter of 17's own error (the CPU model has 18's state
     # and o within 1.25x of 17's in every case here, o mostly below it; a dropped product or a stale

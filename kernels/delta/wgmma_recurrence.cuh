@@ -12,7 +12,7 @@
 #include "hopper.cuh"
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
-          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false>
+          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -26,6 +26,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr bool ONE = ONE_;                     // 17: P1 and P4 as one bf16 term (no lo operands)
     static constexpr bool AHEAD = AHEAD_;                 // 18: each chunk's P1 from the state a chunk earlier
     static_assert(!AHEAD || ONE, "18 takes 17's one-term products (its three-term form spilled and ran slower)");
+    static constexpr bool SMA = SMA_;                     // 19: P1's A, [Kg; Qg], from shared memory (WG_E's bf16 tiles)
+    static_assert(!SMA || (DIET_ && NKD_ == 2 && !AHEAD_), "19 is 15's / 17's loop with P1's A in shared memory");
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
@@ -41,7 +43,11 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int NKD = NKD_;
     static_assert(NKD == 2 || NKD == 3, "Kd^T buffers: two (with Kbg, Qg) or three (a ring of their own)");
     static constexpr int KD_BYTES = K * 128;
-    static constexpr int OPB_BYTES = ((KD_BYTES + 2 * C * LE * 4 + K * 4 + 1023) / 1024) * 1024;
+    // Kbg and Qg: fp32 rows [C][LE] each, or (SMA) [Kg; Qg]^T as the wgmma's MN-major A: K rows of 64 bf16
+    // (P1's rows: Kg of 8 tokens, Qg of the same 8, and so on), 128-byte swizzle, a hi tile and (three-term
+    // products) a lo tile
+    static constexpr int KQ_BYTES = SMA ? (ONE ? 1 : 2) * K * 128 : 2 * C * LE * 4;
+    static constexpr int OPB_BYTES = ((KD_BYTES + KQ_BYTES + K * 4 + 1023) / 1024) * 1024;
     static constexpr int KQB_BYTES = ((2 * C * LE * 4 + 1023) / 1024) * 1024;
     static constexpr int KDB_BYTES = ((KD_BYTES + K * 4 + 1023) / 1024) * 1024;
     static constexpr int OFF_OPB = OFF_VP + BV * 128;
@@ -110,8 +116,10 @@ struct KdaWgCtx {
     }
     __device__ __forceinline__ float* qg_of(int n) const { return kb_of(n) + L::C * L::LE; }
     __device__ __forceinline__ float* gl_of(int n) const {
+        if constexpr (L::SMA) return reinterpret_cast<float*>(sm + opb(n) + L::KD_BYTES + L::KQ_BYTES);
         return L::NKD == 2 ? qg_of(n) + L::C * L::LE : reinterpret_cast<float*>(sm + opb(n) + L::KD_BYTES);
     }
+    __device__ __forceinline__ int kq_of(int n) const { return opb(n) + L::KD_BYTES; }   // SMA: [Kg; Qg]^T hi (lo K * 128 on)
 };
 
 template <class L>
@@ -225,10 +233,36 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     if constexpr (L::ONE) kdh[u / 2] = pack_bf16x2(kd0, kd1);   // 17: P4 reads Kd^T hi only
                     else split_bf16x2(kd0, kd1, kdh[u / 2], kdl[u / 2]);
                 }
+                    if constexpr (L::SMA) {   // 19: [Kg; Qg]^T row c: P1's rows 16j .. 16j + 7 are Kg of tokens 8j .., 16j + 8 ..
+                                          // Qg of the same tokens (13's A fragments), so 16-byte chunk 2j holds Kg, 2j + 1 Qg
+                    (void)kb; (void)qgp;
+                    unsigned char* kq = sm + cx.kq_of(n) + (c / 8) * 1024 + (c % 8) * 128;
+    #pragma unroll
+                    for (int qd = 0; qd < TPT / 8; ++qd) {
+                        unsigned kh[4], kl[4], qh[4], ql[4];
+    #pragma unroll
+                        for (int w = 0; w < 4; ++w) {
+                            const int u = 8 * qd + 2 * w;
+                            const float k0 = kda_widen1<BF>(xk[u]) * e1[u], k1 = kda_widen1<BF>(xk[u + 1]) * e1[u + 1];
+                            const float q0 = scale * kda_widen1<BF>(xq[u]) * e1[u];
+                            const float q1 = scale * kda_widen1<BF>(xq[u + 1]) * e1[u + 1];
+                            if constexpr (L::ONE) { kh[w] = pack_bf16x2(k0, k1); qh[w] = pack_bf16x2(q0, q1); }
+                            else { split_bf16x2(k0, k1, kh[w], kl[w]); split_bf16x2(q0, q1, qh[w], ql[w]); }
+                        }
+                        const int ch = tok0 / 8 + qd;
+                        *reinterpret_cast<U4*>(kq + (((2 * ch) ^ (c % 8)) * 16)) = U4{kh[0], kh[1], kh[2], kh[3]};
+                        *reinterpret_cast<U4*>(kq + (((2 * ch + 1) ^ (c % 8)) * 16)) = U4{qh[0], qh[1], qh[2], qh[3]};
+                        if constexpr (!L::ONE) {
+                            *reinterpret_cast<U4*>(kq + K * 128 + (((2 * ch) ^ (c % 8)) * 16)) = U4{kl[0], kl[1], kl[2], kl[3]};
+                            *reinterpret_cast<U4*>(kq + K * 128 + (((2 * ch + 1) ^ (c % 8)) * 16)) = U4{ql[0], ql[1], ql[2], ql[3]};
+                        }
+                    }
+                } else {
     #pragma unroll
                 for (int u = 0; u < TPT; ++u) {
                     kb[(tok0 + u) * LE + c] = kda_widen1<BF>(xk[u]) * e1[u];
                     qgp[(tok0 + u) * LE + c] = scale * kda_widen1<BF>(xq[u]) * e1[u];
+                }
                 }
                 }
                 // AHEAD (18): Kbg / Qg go to WG_C now (it builds chunk n's P1 operands during chunk n - 1);
@@ -254,7 +288,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 }
                 if (part == 0) gl_of(n)[c] = gl2;
                 KDA_STAMP(2);
-                fence_proxy_async();                                      // Kd^T is read by wgmma
+                fence_proxy_async();                                      // Kd^T (19: and [Kg; Qg]^T) is read by wgmma
                 named_bar_arrive((L::AHEAD ? KdaWgBars::FULL_KD : BAR_FULL) + (n & 1), L::NTH);   // buffer n & 1 holds chunk n
                 KDA_STAMP(3);
 }
@@ -430,10 +464,20 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             }
     };
     // P1: [Kbg; Qg] S from the built A fragments and the S^T tile, three terms (17: one)
-    auto issue_p1 = [&](float (&p1)[BV / 2]) {
+    auto issue_p1 = [&](float (&p1)[BV / 2], int n) {
 #pragma unroll
         for (int s = 0; s < KS; ++s) {
             const unsigned off = (s / 4) * (BV * 128) + 32 * (s % 4);
+            if constexpr (L::SMA) {   // 19: A = [Kg; Qg]^T of chunk n, MN-major: k step s is its rows 16s .. (2048 bytes on)
+                const unsigned kq = base + cx.kq_of(n) + s * 2048;
+                auto mna = [](unsigned addr) { return wgmma_desc_sw128(addr, 8192, 1024); };
+                if constexpr (!L::ONE) {
+                    wgmma_ss_mna<BV>(p1, mna(kq + K * 128), desc(sth_a + off), s > 0);   // lo x hi
+                    wgmma_ss_mna<BV>(p1, mna(kq), desc(stl_a + off), 1);                 // hi x lo
+                }
+                wgmma_ss_mna<BV>(p1, mna(kq), desc(sth_a + off), L::ONE ? s > 0 : 1);   // hi x hi
+                continue;
+            }
             if constexpr (L::ONE) {   // 17: one term, Kbg / Qg hi times S hi
                 wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), s > 0);
                 continue;
@@ -523,7 +567,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
     };
     named_bar_sync(BAR_FULL + 0, L::NTH);
-    build(0);
+    if constexpr (!L::SMA) build(0);
     if constexpr (L::AHEAD) {
         // ====================== 18: chunk n + 1's P1 a chunk early (18_chunk_state_ahead.cu says why)
         // P1 of chunk m = [Kg; Qg]_m S_m = [Kg; Qg]_m (D S)_{m-1} + W_m V'_{m-1}, W_m = [Kg; Qg]_m Kd_{m-1}^T:
@@ -554,7 +598,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         auto kdt_mn = [](unsigned addr) { return wgmma_desc_sw128(addr, 8192, 1024); };   // Kd^T: MN-major B, one 64-wide chunk
         auto issue_pq = [&](int m, float (&q1)[BV / 2], float (&qw)[32]) {   // from the built A fragments (hi: ONE)
             wgmma_fence();
-            issue_p1(q1);
+            issue_p1(q1, m);
             const unsigned kd_a = base + opb(m > 0 ? m - 1 : 0);   // chunk 0 has no W (its result is not read)
 #pragma unroll
             for (int s = 0; s < KS; ++s) {   // k step s: channels 16s .. 16s + 15, Kd^T rows 16s ..
@@ -673,7 +717,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         // ------------------------------------------------ P1: [Kbg S; Ob] = [Kbg; Qg] S
         float p1[BV / 2];
         wgmma_fence();
-        issue_p1(p1);
+        issue_p1(p1, n);
         wgmma_commit();
 #if KDA_LATE_SIDE   // probe: the side work behind P1's issue (thread 0's copies no longer delay the wgmmas)
         if (n + 1 < NC && KDA_PROBE != 4) copy_slot(n + 1);
@@ -714,8 +758,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_commit();
         // while P4 runs: the next chunk's P1 operands (its buffer)
         if (n + 1 < NC) {
-            named_bar_sync(BAR_FULL + ((n + 1) & 1), L::NTH);
-            build(n + 1);
+            named_bar_sync(BAR_FULL + ((n + 1) & 1), L::NTH);   // 19: P1 reads the buffer itself (nothing built)
+            if constexpr (!L::SMA) build(n + 1);
             if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(BAR_EMPTY + ((n + 1) & 1), L::NTH);   // its Kbg / Qg buffer is free
         }
         KDA_STAMP(5);

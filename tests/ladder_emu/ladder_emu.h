@@ -741,7 +741,7 @@ inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
 
 // ---- warpgroup MMAs (kernels/hopper.cuh: wgmma_ss, wgmma_rs_kb, wgmma_rs and their fences), the
 // forms kernels/delta/13-16 use: m64nNk16, fp32 accumulators, bf16/fp16 operands, K-major A and B in
-// the 128- or 64-byte swizzle (descriptor layouts 1, 2), MN-major B (wgmma_rs) in the 128-byte swizzle
+// the 128- or 64-byte swizzle (descriptor layouts 1, 2), MN-major B (wgmma_rs) or A (wgmma_ss_mna) in the 128-byte swizzle
 // (anything else aborts), A from shared memory (_ss) or from the warp's registers in the
 // mma.m16n8k16 A layout (_rs_kb, _rs). A wgmma is asynchronous: here the
 // issuing thread records it, registers it reads (A) are copied at issue, and it is computed at the
@@ -768,11 +768,11 @@ inline size_t emu_sw128_offset(unsigned long long desc, int r, int k) {
     const size_t logical = start + (size_t)(r / 8) * sbo + (size_t)(r % 8) * 128 + 2 * (size_t)k;
     return logical ^ (((logical >> 7) & 7) << 4);
 }
-// MN-major B (wgmma_rs, tnspB), 128-byte swizzle: K rows of 64 N-values (128 bytes), 8-row K groups
-// SBO apart, 64-wide N chunks LBO apart; the same XOR of address bits.
+// MN-major B (wgmma_rs, tnspB) or A (wgmma_ss_mna, tnspA), 128-byte swizzle: K rows of 64 N- (M-)
+// values (128 bytes), 8-row K groups SBO apart, 64-wide N (M) chunks LBO apart; the same XOR of address bits.
 inline size_t emu_sw128_mn_offset(unsigned long long desc, int n, int k) {
     if ((desc >> 62) != 1ull) {
-        std::fprintf(stderr, "wgmma descriptor %016llx: MN-major B is modelled in the 128-byte swizzle only\n", desc);
+        std::fprintf(stderr, "wgmma descriptor %016llx: MN-major operands are modelled in the 128-byte swizzle only\n", desc);
         std::abort();
     }
     const size_t start = (size_t)(desc & 0x3FFFull) << 4, lbo = (size_t)((desc >> 16) & 0x3FFFull) << 4,
@@ -812,6 +812,12 @@ inline void emu_wgmma(float* d, ARow arow, unsigned long long db, int acc) {
 template <int N, bool BF16>
 inline void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
     emu_wgmma<N, BF16>(d, [da](int, int row, int k) { return emu_smem_half<BF16>(da, row, k); }, db, acc);
+}
+// A MN-major (tnspA: K rows of the M values, 128-byte swizzle), bf16, B K-major: kernels/hopper.cuh's wgmma_ss_mna
+template <int N>
+inline void wgmma_ss_mna(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
+    static_assert(N == 16 || N == 32, "wgmma_ss_mna: N in {16, 32}");
+    emu_wgmma<N, true>(d, [da](int, int row, int k) { return emu_smem_half<true, true>(da, row, k); }, db, acc);
 }
 // A from the warp's registers (rows g and g + 8 of its 16, all 16 k), copied at issue
 template <int N, bool BF16, bool MNB>

@@ -379,6 +379,15 @@ for _mc in ("bulk", "bulk2", "multicast", "tma", "tma2", "tma3", "diet", "single
     PRODUCER_WARPS[_mc] = 4
 
 
+#: 19: 15's / 17's loop with nothing built between P4's issue and its completion (P1 reads WG_E's tile)
+CONSUMER_STAMP_PHASES["tile"] = tuple(("P4 issued, next chunk's hand-over (FULL) waited", a, b) if a == 4 else (p, a, b)
+                                      for p, a, b in CONSUMER_STAMP_PHASES["wgmma"])
+PRODUCER_STAMP_PHASES["tile"] = (PRODUCER_STAMP_PHASES["diet"][0],
+                                 ("gates, e^G; [Kg; Qg]^T tiles, Kd^T, 2^G_L stored", 1, 2),
+                                 PRODUCER_STAMP_PHASES["diet"][2])
+PRODUCER_WARPS["tile"] = 4
+
+
 #: 18: each chunk's P1 a chunk early (wgmma_recurrence.cuh's AHEAD loop: WG_C stamps 0-4; WG_E's are 15's,
 #: its wait for EMPTY now Kbg / Qg's, and its arithmetic holds the wait for Kd^T's EMPTY_KD)
 CONSUMER_STAMP_PHASES["ahead"] = (

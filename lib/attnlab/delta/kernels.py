@@ -17,7 +17,9 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   the element-wise warpgroup on fewer instructions; sm_90a), → ``16`` (``"wgrs"``: the chain turned around,
   S^T in the accumulators and every A operand from registers, 64 value columns a block; sm_90a), → ``17``
   (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 17
-  with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``12`` (``"regs"``),
+  with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
+  bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
+  layout; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -63,7 +65,7 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single", "ahead")
+              "wgrs", "single", "ahead", "tile")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
@@ -147,11 +149,16 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "17 with P1 of chunk n + 1 split as [Kg; Qg] (D S)_n + W V'_n, W = [Kg; Qg] Kd_n^T: both K = 128 "
                 "products issued during chunk n behind its P2, the chain between V'_n and X_{n+1} keeping only "
                 "W V'_n (two k steps)"),
+    DeltaKernel("19", "delta/19_chunk_state_tile.cu", "kda_chunk_state_tile", "tc",
+                "recurrence on warpgroup MMAs, P1's A operand from shared memory (sm_90a)", 90,
+                "15 (17's one-term products for bf16 inputs) with [Kg; Qg] stored by the element-wise warpgroup "
+                "as the wgmma's MN-major A tile (bf16 hi / lo, eight 16-byte stores a thread): the chain "
+                "warpgroup builds no A fragments, P1 reads shared memory as P4 does"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC) = (
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -640,6 +647,15 @@ def mc_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = Fa
     return wgmma_smem_words(K, V, BV, C, bf16, nkd=nkd) + 8
 
 
+def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_tile`` (19) in words: 14's (:func:`mc_smem_words`) with
+    each operand buffer's Kbg and Qg rows (2 x C x (K + 8) fp32) replaced by the [Kg; Qg]^T tiles
+    (K rows of 128 bytes: hi, and lo for fp32 inputs' three-term products; ``KdaWgLayout``'s SMA)."""
+    def opb(kq: int) -> int:
+        return -(-(K * 128 + kq + K * 4) // 1024) * 1024
+    return mc_smem_words(K, V, BV, C, bf16) - 2 * (opb(2 * C * (K + 8) * 4) - opb((1 if bf16 else 2) * K * 128)) // 4
+
+
 WGRS_BV = 64   # 16: the chain's accumulator rows are a block's value columns (the wgmma's M)
 
 
@@ -776,6 +792,7 @@ STATE_IMPLS = {
                lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "ahead": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS,   # bf16 inputs only
               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
+    "tile": (TILE_SRC, "kda_chunk_state_tile", WGMMA_THREADS, tile_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -783,7 +800,8 @@ MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_
 #: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
 TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
-             "ahead")                                    # 18: 17 with each chunk's P1 a chunk early
+             "ahead",                                    # 18: 17 with each chunk's P1 a chunk early
+             "tile")                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -825,7 +843,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17 or 18), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18 or 19), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
         what, why, instead = BF16_ONLY_WHY[impl]
@@ -840,7 +858,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
-        raise ValueError(f"impl={impl!r} (kernels 13-18, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+        raise ValueError(f"impl={impl!r} (kernels 13-19, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
@@ -927,6 +945,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function in ("kda_chunk_state_mc", "kda_chunk_state_diet", "kda_chunk_state_single",
                     "kda_chunk_state_ahead"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
+    if function == "kda_chunk_state_tile":   # (K, V, C, BV, BF)
+        return 4 * tile_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
@@ -1011,6 +1031,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                    "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead"):
+                    "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile"):
         return WGMMA_ARCH
     return arch

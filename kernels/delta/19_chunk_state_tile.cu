@@ -1,0 +1,32 @@
+// 19 — chunked KDA: 15's recurrence (17's for bf16 inputs) with P1's A operand read by the wgmma from
+// shared memory, where the element-wise warpgroup stores it in the wgmma's own layout.
+//
+// What changed from 15 and 17, and why. P1 = [Kg; Qg] S is the chain's K = 128 contraction. Through 18
+// its A operand went from WG_E to WG_C as fp32 rows (Kbg, Qg: C x (K + 8) words each), and WG_C built
+// the A fragments in registers every chunk: 32 8-byte loads, 32 hi / lo splits (or bf16 packs) and 64
+// registers of fragments at fp32 (ah, al), in the stage that notebook 13's clock stamps put among the
+// longest of 17's chunk ("P4 issued, next chunk's P1 operands built"); the chain alone (KDA_PROBE=5,
+// WG_E's arithmetic idle) still pays it. Per-instruction samples (scripts/ncu_source.py) find no
+// single hot instruction, only many short stretches: the lever is instructions per chunk.
+// Here WG_E writes [Kg; Qg]^T as the wgmma reads it: an MN-major A (tnspA), K rows (channels) of
+// 64 bf16 (P1's rows: Kg of tokens 0-7, Qg of tokens 0-7, Kg of 8-15, ...: the rows each warp of WG_C
+// reads back, as 13's A fragments had them), 128-byte swizzle; WG_E's thread holds one channel over the
+// chunk's tokens, which is a row of that layout: four 16-byte stores for Kg and four for Qg per tile
+// (a hi tile, and a lo tile for three-term products), in place of 64 scalar fp32 stores. WG_C builds
+// nothing: P1 is a shared-memory wgmma (wgmma_ss_mna) over that tile and the S^T tile, as P4 already was.
+//  * fp32 inputs: 15's three-term products (hi x hi + hi x lo + lo x hi), the hi and lo tiles;
+//  * bf16 inputs: 17's one-term P1 and P4 (the hi tile only).
+// The arithmetic is 15's / 17's: Kg and Qg are rounded to the same bf16 hi / lo words, in WG_E instead
+// of WG_C (checked against float64 on the CPU model).
+//
+// Launch: 15's (grid (V / BV, H, B), 256 threads, tensor maps of g, k, q, v and 07's output); shared
+// memory kernels.tile_smem_words (the operand buffers shrink: bf16 tiles in place of fp32 rows).
+// Requires sm_90a.
+#include "14_chunk_state_multicast.cu"
+
+template <int K, int V, int C, int BV, bool BF = false>
+__global__ void __launch_bounds__(256, 1)
+kda_chunk_state_tile(KDA_TMA_STATE_PARAMS) {
+    KDA_TMA_MAPS;
+    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, BF, false, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+}
