@@ -82,28 +82,6 @@ static __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned 
         "@!done bra WAIT;\n}\n" :: "r"(bar), "r"(phase) : "memory");
 }
 
-// ---- stores into another block's shared memory (distributed shared memory, kernels/delta/20): the
-// word or 16 bytes at shared address `addr` of block `rank` of the cluster (mapa: the same offset
-// there); and the fences a writer issues before it hands such stores over: the async proxy's (a wgmma
-// of that block reads them) and a release at cluster scope (every store of this thread performed
-// before its later arrival, or a barrier after which another thread arrives, is seen).
-static __device__ __forceinline__ void st_cluster_v4(unsigned addr, unsigned rank, unsigned a, unsigned b, unsigned c,
-                                                     unsigned d) {
-    asm volatile(
-        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-        "st.shared::cluster.v4.b32 [ra], {%2, %3, %4, %5};\n}\n" :: "r"(addr), "r"(rank), "r"(a), "r"(b), "r"(c), "r"(d)
-        : "memory");
-}
-static __device__ __forceinline__ void st_cluster_f32(unsigned addr, unsigned rank, float x) {
-    asm volatile(
-        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-        "st.shared::cluster.f32 [ra], %2;\n}\n" :: "r"(addr), "r"(rank), "f"(x) : "memory");
-}
-static __device__ __forceinline__ void fence_proxy_async_cluster() {
-    asm volatile("fence.proxy.async.shared::cluster;" ::: "memory");
-}
-static __device__ __forceinline__ void fence_acq_rel_cluster() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
-
 // ---- bulk copy (no tensor map): `bytes` (a multiple of 16, 16-byte aligned) of contiguous global
 // memory into shared memory at offset `dst` of every block of the cluster whose rank is set in
 // `mask`, each completing the bytes on its own barrier at offset `bar` (sm_90a for the multicast).

@@ -12,8 +12,7 @@
 #include "hopper.cuh"
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
-          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false,
-          bool SHARE_ = false>
+          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -29,9 +28,6 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(!AHEAD || ONE, "18 takes 17's one-term products (its three-term form spilled and ran slower)");
     static constexpr bool SMA = SMA_;                     // 19: P1's A, [Kg; Qg], from shared memory (WG_E's bf16 tiles)
     static_assert(!SMA || (DIET_ && NKD_ == 2 && !AHEAD_), "19 is 15's / 17's loop with P1's A in shared memory");
-    static constexpr bool SHARE = SHARE_;                 // 20: WG_E's operands shared by a cluster of K / 32 blocks
-    static constexpr int CL = SHARE ? K / 32 : 1;         // 20: blocks per cluster, 32 channels each
-    static_assert(!SHARE || (SMA && NMBAR >= 8), "20 hands 19's tiles over on cluster mbarriers (FULLC, EMPTYC)");
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
@@ -66,8 +62,6 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int STG_BYTES = 3 * C * K * ESZ;           // one staging tile: g, k, q [C][K] as stored
     static constexpr int OFF_STG = OFF_TOT + 2 * K * 4;
     static constexpr int OFF_MBAR = OFF_STG + NST * STG_BYTES;  // NMBAR mbarriers (14: the staging tile's)
-    static constexpr int OFF_FULLC = OFF_MBAR + 32;             // 20: two FULLC then two EMPTYC mbarriers
-    static constexpr int OFF_EMPTYC = OFF_MBAR + 48;
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int SMEM_BYTES = BYTES + 1024;             // launch size: room to align the base
     static_assert(ST_BYTES % 1024 == 0 && (BV * 128) % 1024 == 0 && KD_BYTES % 1024 == 0 && SLOT_BYTES % 16 == 0,
@@ -572,17 +566,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             }
         }
     };
-    // chunk m's operand buffer is full: 13-19, WG_E's named barrier; 20, every WG_E of the cluster has
-    // stored its channels there (the FULLC mbarrier of buffer m & 1, its (m / 2)-th phase)
-    auto wait_full = [&](int m) {
-        if constexpr (L::SHARE) {
-            mbar_wait_cluster(base + L::OFF_FULLC + 8 * (m & 1), (m >> 1) & 1);
-            fence_proxy_async();
-        } else {
-            named_bar_sync(BAR_FULL + (m & 1), L::NTH);
-        }
-    };
-    wait_full(0);
+    named_bar_sync(BAR_FULL + 0, L::NTH);
     if constexpr (!L::SMA) build(0);
     if constexpr (L::AHEAD) {
         // ====================== 18: chunk n + 1's P1 a chunk early (18_chunk_state_ahead.cu says why)
@@ -774,7 +758,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_commit();
         // while P4 runs: the next chunk's P1 operands (its buffer)
         if (n + 1 < NC) {
-            wait_full(n + 1);   // 19, 20: P1 reads the buffer itself (nothing built)
+            named_bar_sync(BAR_FULL + ((n + 1) & 1), L::NTH);   // 19: P1 reads the buffer itself (nothing built)
             if constexpr (!L::SMA) build(n + 1);
             if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(BAR_EMPTY + ((n + 1) & 1), L::NTH);   // its Kbg / Qg buffer is free
         }
@@ -783,16 +767,13 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
         KDA_STAMP(6);
-        if (L::NKD == 2 && !L::SHARE && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
+        if (L::NKD == 2 && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
         if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(KdaWgBars::EMPTY_KD + n % 3, L::NTH);   // Kd^T buffer n % 3 is free
         if (n + 1 < NC) {
             write_st();
             fence_proxy_async();
             wait_slot(n + 1);                // slot (n + 1) & 1
             named_bar_sync(BAR_CONS, 128);
-            if constexpr (L::SHARE) {   // 20: every WG_C thread has seen P4 of chunk n retire: buffer n & 1 is free
-                if (n + 2 < NC && tid < L::CL) mbar_arrive_cluster(base + L::OFF_EMPTYC + 8 * (n & 1), (unsigned)tid);   // in each block
-            }
         }
         KDA_STAMP(7);
     }

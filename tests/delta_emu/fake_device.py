@@ -232,10 +232,8 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     if function == "kda_chunk_state_mc":
         cluster = str(int(template_args[5])) if int(template_args[5]) > 1 else None
     elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single",
-                      "kda_chunk_state_ahead", "kda_chunk_state_tile"):   # 15, 17-19 include 14's file; none has one
+                      "kda_chunk_state_ahead"):   # 15, 17, 18 include 14's file; none has one
         cluster = None
-    elif function == "kda_chunk_state_share":   # 20: clusters of K / 32 along x
-        cluster = str(int(template_args[0]) // 32)
     launch = (f'    emu_launch_cluster(dim3{{gx, gy, gz}}, {cluster}, bx * by * bz, smem, [&] {{\n' if cluster else
               '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n')
     code = (prelude + f'#include "{source}"\n'

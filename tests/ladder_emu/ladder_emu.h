@@ -636,25 +636,6 @@ inline void mbar_arrive_cluster(unsigned bar, unsigned rank) {
     EmuBlock& blk = emu_cluster_block(rank, "mbar_arrive_cluster");
     emu_mbar_arrive(emu_mbar(blk, bar), bar);
 }
-// Stores into block `rank`'s shared memory at byte `addr` (kernels/hopper.cuh: st_cluster_v4, st_cluster_f32);
-// they land at once (a block still reading the bytes sees them overwritten). The writer's fences: no-ops.
-inline void emu_st_cluster(unsigned addr, unsigned rank, const void* src, unsigned bytes, const char* what) {
-    const EmuThread& me = emu_self();
-    if (addr % bytes != 0 || addr + bytes > emu_launch_smem_bytes) {
-        std::fprintf(stderr, "%s to byte %u: %u-byte aligned inside the shared memory\n", what, addr, bytes);
-        std::abort();
-    }
-    float* dst = me.cluster ? (rank < me.cluster->smem.size() ? me.cluster->smem[rank] : nullptr) : (rank == 0 ? emu_dynamic_smem() : nullptr);
-    if (!dst) { std::fprintf(stderr, "%s: rank %u outside the cluster\n", what, rank); std::abort(); }
-    std::memcpy(reinterpret_cast<char*>(dst) + addr, src, bytes);
-}
-inline void st_cluster_v4(unsigned addr, unsigned rank, unsigned a, unsigned b, unsigned c, unsigned d) {
-    const unsigned v[4] = {a, b, c, d};
-    emu_st_cluster(addr, rank, v, 16, "st_cluster_v4");
-}
-inline void st_cluster_f32(unsigned addr, unsigned rank, float x) { emu_st_cluster(addr, rank, &x, 4, "st_cluster_f32"); }
-inline void fence_proxy_async_cluster() {}
-inline void fence_acq_rel_cluster() {}
 // Wait until the phase of parity `parity` has completed (try_wait.parity in a loop).
 inline void mbar_wait(unsigned bar, unsigned parity) {
     EmuBlock& blk = *emu_self().block;

@@ -386,12 +386,6 @@ PRODUCER_STAMP_PHASES["tile"] = (PRODUCER_STAMP_PHASES["diet"][0],
                                  ("gates, e^G; [Kg; Qg]^T tiles, Kd^T, 2^G_L stored", 1, 2),
                                  PRODUCER_STAMP_PHASES["diet"][2])
 PRODUCER_WARPS["tile"] = 4
-#: 20: 19's chain; WG_E computes 32 channels for the cluster (kernels/delta/20_chunk_state_share.cu: stamps 0-3)
-CONSUMER_STAMP_PHASES["share"] = CONSUMER_STAMP_PHASES["tile"]
-PRODUCER_STAMP_PHASES["share"] = (("32-channel tile landed and read, next copies issued, wait for EMPTYC", 0, 1),
-                                  ("gates, e^G; Kd^T, [Kg; Qg]^T rows stored into every block, fences", 1, 2),
-                                  ("barrier, FULLC arrivals", 2, 3))
-PRODUCER_WARPS["share"] = 4
 
 
 #: 18: each chunk's P1 a chunk early (wgmma_recurrence.cuh's AHEAD loop: WG_C stamps 0-4; WG_E's are 15's,

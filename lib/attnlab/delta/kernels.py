@@ -19,8 +19,7 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 17
   with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
   bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
-  layout; sm_90a), → ``20`` (``"share"``: 19 with that work shared by a cluster of K / 32 value blocks,
-  32 channels each; sm_90a), → ``12`` (``"regs"``),
+  layout; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -66,7 +65,7 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single", "ahead", "tile", "share")
+              "wgrs", "single", "ahead", "tile")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
@@ -155,16 +154,11 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "15 (17's one-term products for bf16 inputs) with [Kg; Qg] stored by the element-wise warpgroup "
                 "as the wgmma's MN-major A tile (bf16 hi / lo, eight 16-byte stores a thread): the chain "
                 "warpgroup builds no A fragments, P1 reads shared memory as P4 does"),
-    DeltaKernel("20", "delta/20_chunk_state_share.cu", "kda_chunk_state_share", "tc",
-                "recurrence on warpgroup MMAs, element-wise work shared by a cluster (sm_90a)", 90,
-                "19 with a head's value blocks in clusters of K / 32: each block's element-wise warpgroup computes "
-                "32 channels of the chunk's operands and stores them into every block's tiles (16-byte "
-                "distributed-shared-memory stores), buffers handed over on cluster mbarriers"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC, SHARE_SRC) = (
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -662,25 +656,6 @@ def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
     return mc_smem_words(K, V, BV, C, bf16) - 2 * (opb(2 * C * (K + 8) * 4) - opb((1 if bf16 else 2) * K * 128)) // 4
 
 
-SHARE_CHANNELS = 32   # 20: channels of each chunk's operands one block of the cluster computes
-
-
-def share_cluster(K: int) -> int:
-    """Blocks per cluster of 20: K / 32 (each computes 32 channels of the operands for all of them)."""
-    return K // SHARE_CHANNELS
-
-
-def share_bv_ok(K: int, V: int, bv: int) -> bool:
-    """Whether 20 runs at this value-block width: the head's V / bv blocks split into clusters of K / 32."""
-    return (V // bv) % share_cluster(K) == 0
-
-
-def share_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
-    """Dynamic shared memory of ``kda_chunk_state_share`` (20) in words: 19's and four more mbarriers
-    (FULLC and EMPTYC of the two operand buffers)."""
-    return tile_smem_words(K, V, BV, C, bf16) + 8
-
-
 WGRS_BV = 64   # 16: the chain's accumulator rows are a block's value columns (the wgmma's M)
 
 
@@ -818,7 +793,6 @@ STATE_IMPLS = {
     "ahead": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS,   # bf16 inputs only
               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "tile": (TILE_SRC, "kda_chunk_state_tile", WGMMA_THREADS, tile_smem_words),
-    "share": (SHARE_SRC, "kda_chunk_state_share", WGMMA_THREADS, share_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -827,8 +801,7 @@ MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
 TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
              "ahead",                                    # 18: 17 with each chunk's P1 a chunk early
-             "tile",                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
-             "share")                                    # 20: 19 with WG_E's work shared by a cluster
+             "tile")                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -901,12 +874,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         if bv is None:
             sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
             bv = default_bv(B, H, V, sms)
-            if impl == "share" and not share_bv_ok(K, V, bv):
-                bv = 16   # 20: clusters of K / 32 value blocks (K = 128, V = 64: four of 16 columns)
         validate_config(K, V, FUSED_CHUNK, bv=bv)
-    if impl == "share" and not share_bv_ok(K, V, bv):
-        raise ValueError(f"impl='share' (kernel 20) runs a head's V / bv = {V // bv} value blocks in clusters of K / 32 = "
-                         f"{share_cluster(K)}: V / bv must be a multiple of it; pass bv=16 or impl='tile'")
     if impl in CLUSTER_IMPLS and V // bv > 8:
         raise ValueError(f"impl={impl!r} runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
                          "pass bv=32 or impl='lean'")
@@ -933,8 +901,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         from ..arrays import data_ptr
         from ..tma import tensor_map_rows
 
-        cols = SHARE_CHANNELS if impl == "share" else None   # 20: each block copies its 32 channels
-        maps = tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C, cols=cols) for n in ("g", "k", "q"))
+        maps = tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C) for n in ("g", "k", "q"))
         ta_rows = int(np.prod(ta_workspace_shape(B, T, H)[:4])) * C
         if ta_rows >= 2 ** 31:
             raise ValueError(f"impl={impl!r} addresses 07's output by 32-bit row coordinates: B * H * chunks * {4 * C} = "
@@ -980,8 +947,6 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_tile":   # (K, V, C, BV, BF)
         return 4 * tile_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
-    if function == "kda_chunk_state_share":   # (K, V, C, BV, BF)
-        return 4 * share_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
@@ -1053,7 +1018,7 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                         out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
             for bf in (False, True):   # 14's TMA forms: WG_E's tile; and WG_C's copies
                 for impl in TMA_IMPLS:
-                    if (impl in BF16_ONLY_IMPLS and not bf) or (impl == "share" and not share_bv_ok(K, V, bv)):
+                    if impl in BF16_ONLY_IMPLS and not bf:
                         continue
                     src, fn = STATE_IMPLS[impl][:2]
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
@@ -1066,7 +1031,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                    "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
-                    "kda_chunk_state_share"):
+                    "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile"):
         return WGMMA_ARCH
     return arch
