@@ -206,7 +206,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "stmatrix" not in r.ptx and "mma.sync" not in r.ptx
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                      "kda_chunk_state_single", "kda_chunk_state_ahead"):
+                      "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -222,14 +222,22 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster" in r.ptx
         assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
         assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx and ".reqnctapercluster" in r.ptx
-    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single", "kda_chunk_state_ahead"):
-        # 14's TMA form (and 15's, 17's, 18's): a 4-D tensor copy per array and chunk, no cluster, no row copies
+    elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single", "kda_chunk_state_ahead",
+                      "kda_chunk_state_tile"):
+        # 14's TMA form (and 15's, 17's, 18's, 19's): a 4-D tensor copy per array and chunk, no cluster, no row copies
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert "multicast" not in r.ptx and ".reqnctapercluster" not in r.ptx
     elif function == "kda_chunk_state_mc":
         # 14 alone: plain bulk copies into the block's tile, no cluster protocol
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [" in r.ptx
         assert "multicast" not in r.ptx and "mapa" not in r.ptx
+    if function == "kda_chunk_state_tile":
+        # 19: P1 with A MN-major from shared memory (tnspA = 1: K / 16 wgmmas a term, three terms at fp32, one
+        # at bf16), none with A from registers in P1 (P2's three terms: six a chunk)
+        n_mna = r.ptx.count("p, 1, 1, 1, 0;")
+        assert n_mna == (1 if args[4] else 3) * args[0] // 16, f"{r.name}: {n_mna} MN-major-A wgmmas"
+        n_rs = sum(1 for ln in r.ptx.splitlines() if "wgmma.mma_async" in ln and "}, {" in ln)
+        assert n_rs == 6, f"{r.name}: {n_rs} wgmmas with A from registers (P2's six expected)"
     if function == "kda_chunk_state_cluster":
         # one cluster-barrier phase per chunk (split arrive / wait), P1 written through mapa'd addresses
         assert "barrier.cluster.arrive.release.aligned" in r.ptx and "barrier.cluster.wait.acquire.aligned" in r.ptx
@@ -284,7 +292,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -651,7 +659,7 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs"}   # 11, 13-16: clusters, wgmma, bulk and tensor copies
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile"}   # 11, 13-16, 19: clusters, wgmma, bulk and tensor copies
     # (17, "single", and 18, "ahead", are bf16-I/O paths only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
