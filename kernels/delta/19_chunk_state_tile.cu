@@ -17,7 +17,15 @@
 //  * fp32 inputs: 15's three-term products (hi x hi + hi x lo + lo x hi), the hi and lo tiles;
 //  * bf16 inputs: 17's one-term P1 and P4 (the hi tile only).
 // The arithmetic is 15's / 17's: Kg and Qg are rounded to the same bf16 hi / lo words, in WG_E instead
-// of WG_C (checked against float64 on the CPU model).
+// of WG_C (the CPU model reproduces 15 and 17 bit for bit).
+// What the probes found (scripts/probe_delta_recurrence.py, not recorded; notebook 13 records the times):
+// the chain alone (KDA_PROBE=5) runs faster than 15's and 17's, the recurrence with WG_E at work about
+// as fast as they do. WG_E's stamps stay longer than the chain's: its stream, not WG_C's build, sets the
+// period. Sharing WG_E's work across a head's value blocks (a cluster of four, each computing 32
+// channels into every block's tiles by 16-byte distributed-shared-memory stores, buffers handed over on
+// cluster mbarriers) was tried on top of this step and ran several times slower: its stamps put most of
+// the chunk in WG_E's remote stores and their cluster-scope fences (kept in the repository's history,
+// not in the ladder).
 //
 // Launch: 15's (grid (V / BV, H, B), 256 threads, tensor maps of g, k, q, v and 07's output); shared
 // memory kernels.tile_smem_words (the operand buffers shrink: bf16 tiles in place of fp32 rows).
