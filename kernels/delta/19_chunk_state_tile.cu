@@ -20,8 +20,8 @@
 // of WG_C (the CPU model reproduces 15 and 17 bit for bit).
 // What the probes found (scripts/probe_delta_recurrence.py, not recorded; notebook 13 records the times):
 // the chain alone (KDA_PROBE=5) runs faster than 15's and 17's, the recurrence with WG_E at work about
-// as fast as they do. WG_E's stamps stay longer than the chain's: its stream, not WG_C's build, sets the
-// period. Sharing WG_E's work across a head's value blocks (a cluster of four, each computing 32
+// as fast as they do (bf16 inputs: a little faster). The clock stamps have WG_E's arithmetic as the longest
+// stage of either warpgroup's chunk: its stream, not WG_C's build, sets the period. Sharing WG_E's work across a head's value blocks (a cluster of four, each computing 32
 // channels into every block's tiles by 16-byte distributed-shared-memory stores, buffers handed over on
 // cluster mbarriers) was tried on top of this step and ran several times slower: its stamps put most of
 // the chunk in WG_E's remote stores and their cluster-scope fences (kept in the repository's history,
