@@ -27,19 +27,14 @@
 // the chunk in WG_E's remote stores and their cluster-scope fences (kept in the repository's history,
 // not in the ladder).
 //
-// NWE = 2 ("tile2", K = 128): two element-wise warpgroups, two threads a channel with 16 tokens each (the
-// running products joined through shared memory, as K = 64 does), 384 threads: WG_E's work split over
-// twice the warps, so its dependent chains (the running products, each thread's exp2 and stores) are
-// half as long per warp, while the instruction count stays about the same.
-//
-// Launch: 15's (grid (V / BV, H, B), 128 + 128 NWE threads, tensor maps of g, k, q, v and 07's output); shared
+// Launch: 15's (grid (V / BV, H, B), 256 threads, tensor maps of g, k, q, v and 07's output); shared
 // memory kernels.tile_smem_words (the operand buffers shrink: bf16 tiles in place of fp32 rows).
 // Requires sm_90a.
 #include "14_chunk_state_multicast.cu"
 
-template <int K, int V, int C, int BV, bool BF = false, int NWE = 1>   // NWE: WG_E's warpgroups ("tile2": two)
-__global__ void __launch_bounds__(128 + 128 * NWE, 1)
+template <int K, int V, int C, int BV, bool BF = false>
+__global__ void __launch_bounds__(256, 1)
 kda_chunk_state_tile(KDA_TMA_STATE_PARAMS) {
     KDA_TMA_MAPS;
-    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, BF, false, true, NWE>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, BF, false, true>(q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
 }

@@ -12,15 +12,13 @@
 #include "hopper.cuh"
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
-          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NWE_ = 1>
+          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
-    static constexpr int NWE = NWE_;                    // WG_E's warpgroups (19 "tile2": two)
-    static constexpr int NE = 128 * NWE;                // WG_E's threads
-    static constexpr int NTH = 128 + NE;                // WG_C (chain), WG_E (element-wise)
+    static constexpr int NTH = 256;                     // WG_C (chain), WG_E (element-wise)
     static constexpr int MT = K / 64;                   // m64 tiles of the state (rows = channels)
     static constexpr int LE = K + 8;                    // floats per Kbg / Qg row
     static constexpr bool DENSE = DENSE_;
@@ -32,9 +30,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(!SMA || (DIET_ && NKD_ == 2 && !AHEAD_), "19 is 15's / 17's loop with P1's A in shared memory");
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
-    static constexpr int TPC = NE / K;                  // WG_E threads per channel (1 or 2)
-    static_assert(TPC == 1 || TPC == 2, "one or two WG_E threads a channel");
-    static_assert(NWE == 1 || (SMA_ && DIET_), "two WG_E warpgroups: 19's element-wise warpgroup only");
+    static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
     static constexpr int ESZ = BF ? 2 : 4;              // bytes per input element
     // byte offsets from the 1024-aligned base
     static constexpr int ST_BYTES = K * BV * 2;         // one S^T tile (hi or lo): K/64 chunks of BV rows
@@ -184,10 +180,10 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 float off = 0.f, gl = run;
                 if constexpr (L::TPC == 2) {   // K = 64: two threads per channel, 16 tokens each
                     sTot[part * K + c] = run;
-                    named_bar_sync(BAR_PROD, L::NE);
+                    named_bar_sync(BAR_PROD, 128);
                     off = part ? sTot[c] : 0.f;
                     gl = sTot[c] + sTot[K + c];
-                    named_bar_sync(BAR_PROD, L::NE);   // both read before the next chunk's sums overwrite
+                    named_bar_sync(BAR_PROD, 128);   // both read before the next chunk's sums overwrite
                 }
     #pragma unroll
                 for (int u = 0; u < TPT; u += 2) {
@@ -218,13 +214,13 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 for (int u = 0; u < TPT; ++u) { run *= xe[u]; e1[u] = run; }
                 float pre = 1.f, suf = 1.f;
                 gl2 = run;
-                if constexpr (L::TPC == 2) {   // K = 64 (or two WG_E warpgroups): two threads per channel, 16 tokens each
+                if constexpr (L::TPC == 2) {   // K = 64: two threads per channel, 16 tokens each
                     sTot[part * K + c] = run;
-                    named_bar_sync(BAR_PROD, L::NE);
+                    named_bar_sync(BAR_PROD, 128);
                     pre = part ? sTot[c] : 1.f;          // the first half's product scales the second half's 2^G
                     suf = part ? 1.f : sTot[K + c];      // the second half's product scales the first half's 2^(G_L - G)
                     gl2 = sTot[c] * sTot[K + c];
-                    named_bar_sync(BAR_PROD, L::NE);   // both read before the next chunk's products overwrite
+                    named_bar_sync(BAR_PROD, 128);   // both read before the next chunk's products overwrite
                 }
                 float ed[TPT];
     #pragma unroll

@@ -29,11 +29,9 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 tma", "tma", ("07", "14")),
             ("07+14 tma, WG_C too", "tma2", ("07", "14")), ("07+15", "diet", ("07", "15")),
-            ("07+16", "wgrs", ("07", "16")), ("07+19", "tile", ("07", "19")),
-            ("07+19 two WG_E", "tile2", ("07", "19")))
+            ("07+16", "wgrs", ("07", "16")), ("07+19", "tile", ("07", "19")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10", "07+19": "07+15",
-                     "07+19 two WG_E": "07+19",
                      "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma"}
 BEST = "07+10"
 BEST_IMPL = "lean"
@@ -43,7 +41,7 @@ BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma",
                  ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")),
                  ("07+15 bf16 I/O", "diet", ("07", "15")), ("07+16 bf16 I/O", "wgrs", ("07", "16")),
                  ("07+17 bf16 I/O", "single", ("07", "17")), ("07+18 bf16 I/O", "ahead", ("07", "18")),
-                 ("07+19 bf16 I/O", "tile", ("07", "19")), ("07+19 two WG_E bf16 I/O", "tile2", ("07", "19")))
+                 ("07+19 bf16 I/O", "tile", ("07", "19")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -69,11 +67,6 @@ def static_builds(K: int, V: int, forms=("tc", "cluster", "wgmma"), workers: int
     rows = dk.static_instantiations(K, V, forms=forms)
     with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as ex:
         return pd.DataFrame(list(ex.map(one, rows)))
-
-
-def runs_at(impl: str, K: int) -> bool:
-    """Whether ``impl`` runs at head size K (19 with two element-wise warpgroups, "tile2": K = 128 only)."""
-    return impl not in dk.TWO_WE_IMPLS or K == 128
 
 
 def tc_impls(compute_capability: int | None = None) -> tuple:
@@ -151,8 +144,6 @@ def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
         for bv in dk.SUPPORTED_BV:
             outs, at = {}, {}
             for label, impl, _ in impls:
-                if not runs_at(impl, c["K"]):
-                    continue
                 if impl in dk.WGRS_IMPLS and bv != dk.SUPPORTED_BV[0]:
                     continue   # 16 runs one width (64 value columns): checked once per case
                 plan = dk.prepare_tc(**d, output_final_state=True, bv=None if impl in dk.WGRS_IMPLS else bv,
@@ -189,8 +180,6 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, with_
                          rel_err_state=rel_error(s, ref_s) if s is not None else np.nan))
 
     for label, impl, _ in tc_impls():
-        if not runs_at(impl, K):
-            continue
         plan = dk.prepare_tc(**d, output_final_state=True, impl=impl)
         plan.poison()
         add(label, "fp32", *plan.run())
@@ -204,8 +193,6 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, with_
     tb = bf16_inputs(d)
     if tb is not None:
         for label, impl, _ in bf16_io_impls():
-            if not runs_at(impl, K):
-                continue
             plan = dk.prepare_tc(**tb, initial_state=d["initial_state"], output_final_state=True, impl=impl)
             plan.poison()
             o, s = plan.run()
@@ -241,8 +228,6 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
     for T in T_list:
         _, d = device_inputs(B, T, H, K, V, seed=seed + T)
         for label, impl, steps in tc_impls():
-            if not runs_at(impl, K):
-                continue
             p = dk.prepare_tc(**d, check_gate=False, impl=impl)
             rows.append(_timed(p.run, budget_s, implementation=label, dtype="fp32", T=T, config=f"C=32 BV={p.bv}",
                                stage="all"))
@@ -257,8 +242,6 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
         if tb is not None:
             prep_timed = False
             for label, impl, steps in bf16_io_impls():
-                if not runs_at(impl, K):
-                    continue
                 p = dk.prepare_tc(**tb, check_gate=False, impl=impl)
                 rows.append(_timed(p.run, budget_s, implementation=label, dtype="bf16", T=T,
                                    config=f"C=32 BV={p.bv}", stage="all"))
@@ -404,8 +387,6 @@ PRODUCER_STAMP_PHASES["tile"] = (PRODUCER_STAMP_PHASES["diet"][0],
                                  ("gates, e^G; [Kg; Qg]^T tiles, Kd^T, 2^G_L stored", 1, 2),
                                  PRODUCER_STAMP_PHASES["diet"][2])
 PRODUCER_WARPS["tile"] = 4
-CONSUMER_STAMP_PHASES["tile2"], PRODUCER_STAMP_PHASES["tile2"] = CONSUMER_STAMP_PHASES["tile"], PRODUCER_STAMP_PHASES["tile"]
-PRODUCER_WARPS["tile2"] = 8   # 19 with two element-wise warpgroups
 
 
 #: 18: each chunk's P1 a chunk early (wgmma_recurrence.cuh's AHEAD loop: WG_C stamps 0-4; WG_E's are 15's,
@@ -565,7 +546,7 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
 #: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead", "tile", "tile2")   # 17, 18: on bf16 inputs
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead", "tile")   # 17, 18: on bf16 inputs
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:

@@ -19,7 +19,7 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 17
   with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
   bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
-  layout; ``"tile2"``: with two element-wise warpgroups, K = 128; sm_90a), → ``12`` (``"regs"``),
+  layout; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -65,7 +65,7 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single", "ahead", "tile", "tile2")
+              "wgrs", "single", "ahead", "tile")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
@@ -793,17 +793,15 @@ STATE_IMPLS = {
     "ahead": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS,   # bf16 inputs only
               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "tile": (TILE_SRC, "kda_chunk_state_tile", WGMMA_THREADS, tile_smem_words),
-    "tile2": (TILE_SRC, "kda_chunk_state_tile", WGMMA_THREADS + 128, tile_smem_words),   # two WG_E warpgroups
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
-MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")
-TWO_WE_IMPLS = ("tile2",)   # 19 with two element-wise warpgroups: two threads a channel at K = 128   # 14's forms with kda_chunk_state_mc
+MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
 #: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
 TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
              "ahead",                                    # 18: 17 with each chunk's P1 a chunk early
-             "tile", "tile2")                            # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
+             "tile")                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -820,7 +818,6 @@ STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles)
                     "bulk": (1, False), "bulk2": (1, True),
                     "tma": (False, 2), "tma2": (True, 2),   # 14's TMA form: WG_C's copies as tensor copies too
                     "tma3": (True, 3),                    # ... and three Kd^T buffers
-                    "tile": (1,), "tile2": (2,),          # 19's WG_E warpgroups (tile2: two threads a channel)
                     "multicast": lambda V, bv: (mc_cluster(V, bv), False),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"), False)}
 
@@ -878,9 +875,6 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
             sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
             bv = default_bv(B, H, V, sms)
         validate_config(K, V, FUSED_CHUNK, bv=bv)
-    if impl in TWO_WE_IMPLS and K != 128:
-        raise ValueError(f"impl={impl!r} (19 with two element-wise warpgroups, two threads a channel) needs K = 128, "
-                         f"got K = {K}; pass impl='tile'")
     if impl in CLUSTER_IMPLS and V // bv > 8:
         raise ValueError(f"impl={impl!r} runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
                          "pass bv=32 or impl='lean'")
@@ -973,8 +967,6 @@ def tc_threads(function: str, args: tuple) -> int:
         return prep_blocks_per_sm(bool(args[2])) * FUSED_THREADS
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return regs_threads(args[3], args[5] if len(args) > 5 else 1)
-    if function == "kda_chunk_state_tile":   # (K, V, C, BV, BF[, NWE]): WG_C and NWE element-wise warpgroups
-        return 128 + 128 * (args[5] if len(args) > 5 else 1)
     for _, fn, threads, _ in STATE_IMPLS.values():
         if fn == function:
             return threads(args[3]) if callable(threads) else threads
@@ -1026,7 +1018,7 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                         out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
             for bf in (False, True):   # 14's TMA forms: WG_E's tile; and WG_C's copies
                 for impl in TMA_IMPLS:
-                    if (impl in BF16_ONLY_IMPLS and not bf) or (impl in TWO_WE_IMPLS and K != 128):
+                    if impl in BF16_ONLY_IMPLS and not bf:
                         continue
                     src, fn = STATE_IMPLS[impl][:2]
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
