@@ -285,6 +285,14 @@ def test_tensor_core_launcher_mirrors_the_kernel_layouts_and_errors():
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="bogus")
 
 
+def test_suspect_fp32_path_warns_before_the_device():
+    """19 on fp32 inputs warns (one line, naming what to use instead) before any device is touched."""
+    x = _inputs()
+    with pytest.warns(RuntimeWarning, match=r"impl='tile' \(19\) on fp32 inputs: .*pass impl='diet'"):
+        with pytest.raises(Exception):   # no GPU here: the device check comes after the warning
+            dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="tile")
+
+
 def test_bf16_io_validation_runs_without_a_gpu():
     """The bf16-I/O path takes torch bfloat16 q, k, v, g, beta (float32 initial state), on 07 -> 10
     only; every refusal is one line naming the constraint, before any device is touched."""
