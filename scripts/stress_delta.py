@@ -19,8 +19,9 @@ must agree bit for bit; a difference is a race. Per impl and input precision:
 4. The first runs of the impls of one precision are compared with each other (the CPU model has
    19 reproduce 15, and 17, bit for bit).
 
-Writes stress_runs.csv (a row a run) and stress_diffs.csv (a row a differing chunk and value block) to
---out (default $OUT or /tmp); prints a summary.
+Writes stress_runs_TAG.csv (a row a run, with its CUDA-event time) and stress_diffs_TAG.csv (a row a
+differing chunk and value block; TAG: the defines, or "default") to --out (default $OUT or /tmp); prints
+a summary. Not a recorded run.
 """
 
 from __future__ import annotations
@@ -84,11 +85,14 @@ def main() -> int:
     ap.add_argument("--K", type=int, default=128)
     ap.add_argument("--T", type=int, default=16384)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--define", nargs="*", default=[], metavar="KEY=VAL",
+                    help="probe-build defines of the recurrence (e.g. KDA_STAGE_RELEASE=0)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     args = ap.parse_args()
     import cupy as cp
 
     B, H, K, V, T = args.B, args.H, args.K, args.K, args.T
+    defines = dict(kv.split("=", 1) for kv in args.define) or None
     _, d = device_inputs(B, T, H, K, V, seed=args.seed, init=True)
     ref_o, ref_s = kda_recurrent_fp64(**d, output_final_state=True)
     noise_src = cp.ones(1 << 28, dtype=cp.float32)   # 1 GiB: a copy of it keeps the memory system busy ~0.5 ms
@@ -101,7 +105,7 @@ def main() -> int:
         inputs = d if io == "fp32" else dict(tb, initial_state=d["initial_state"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)   # 19's fp32 warning: this is what it is about
-            plan = dk.prepare_tc(**inputs, output_final_state=True, impl=impl)
+            plan = dk.prepare_tc(**inputs, output_final_state=True, impl=impl, defines=defines)
         plan.poison()
         plan.run(stages=(1,))
         ta0 = plan.ws["TA"].copy()
@@ -117,7 +121,10 @@ def main() -> int:
             plan.final_state.fill(np.nan)
             cp.cuda.Device().synchronize()
             noisy, with_prep = rep % 2 == 1, rep % 4 >= 2
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record()
             plan.run(stages=(1, 2) if with_prep else (2,))
+            e1.record()
             if noisy:
                 with side:
                     noise_dst[...] = noise_src
@@ -127,7 +134,8 @@ def main() -> int:
             of = o if io == "fp32" else cp.from_dlpack(plan.output().float().contiguous())
             if with_prep:
                 prep_bad += int(cp.count_nonzero(plan.ws["TA"] != ta0))
-            row = dict(io=io, impl=impl, rep=rep, noisy=noisy, with_prep=with_prep, prep_bits_differing=prep_bad,
+            row = dict(io=io, impl=impl, defines=" ".join(args.define), rep=rep, noisy=noisy, with_prep=with_prep,
+                       ms=cp.cuda.get_elapsed_time(e0, e1), prep_bits_differing=prep_bad,
                        rel_err_o=rel_error(of, ref_o), rel_err_state=rel_error(s, ref_s),
                        nan_o=int(cp.count_nonzero(cp.isnan(of))))
             if o0 is None:
@@ -144,7 +152,8 @@ def main() -> int:
                     dm.insert(0, "io", io)
                     diffs.append(dm)
             runs.append(row)
-            print({k: (f"{v:.3e}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+            if row["o_bits_differing"] or rep % 10 == 0:
+                print({k: (f"{v:.3e}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
         del plan
     for io in ("fp32", "bf16"):
         keys = [k for k in firsts if k[0] == io]
@@ -154,12 +163,14 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rdf = pd.DataFrame(runs)
-    rdf.to_csv(out / "stress_runs.csv", index=False)
+    tag = "_".join(args.define).replace("=", "") or "default"
+    rdf.to_csv(out / f"stress_runs_{tag}.csv", index=False)
     ddf = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame()
-    ddf.to_csv(out / "stress_diffs.csv", index=False)
+    ddf.to_csv(out / f"stress_diffs_{tag}.csv", index=False)
     summ = rdf.groupby(["io", "impl"]).agg(runs=("rep", "size"), runs_differing=("o_bits_differing", lambda s: int((s > 0).sum())),
                                            worst_rel_err_o=("rel_err_o", "max"), best_rel_err_o=("rel_err_o", "min"),
                                            worst_rel_err_state=("rel_err_state", "max"))
+    summ["median_ms_alone"] = rdf[~rdf.noisy & ~rdf.with_prep].groupby(["io", "impl"])["ms"].median()
     print(summ.to_string())
     if len(ddf):
         print(ddf.groupby(["io", "impl"]).agg(chunks=("n", "size"), elements=("n", "sum")).to_string())

@@ -84,6 +84,10 @@
 
 #include "wgmma_recurrence.cuh"
 
+#ifndef KDA_STAGE_RELEASE
+#define KDA_STAGE_RELEASE 1   // how WG_E releases the staging tile to the next chunk's copy (kda_mc_body)
+#endif
+
 // The kernel body of every form: CL blocks per cluster, WG_C's copies as cp.async pieces, row bulk
 // copies or one bulk and one tensor copy (SLOT 0, 1, 2: kda_wg_chain), the tile as three tensor copies
 // (TMA; maps: g, k, q, and v and 07's output for SLOT 2; CL = 1), three Kd^T buffers (NKD = 3),
@@ -167,7 +171,29 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : TIn(0);
             }
             const float bl = kda_widen1<BF>(xb);
-            named_bar_sync(BAR_PROD, 128);                            // everyone here has read the tile
+            // Everyone here has read the tile: after this barrier, chunk n + 1's copy overwrites it. The
+            // copy engine writes through the async proxy, which the barrier does not order behind this
+            // thread's shared-memory loads (they may still be in flight, their registers not yet read):
+            // without a proxy fence, the copy could land before the last loads of the chunk had read it
+            // (scripts/stress_delta.py caught 19's fp32 form so: a channel's last tokens read from chunk
+            // n + 1). KDA_STAGE_RELEASE (probe builds): 1 (default) a proxy fence after the loads; 2 the
+            // loaded values consumed by the barrier itself (a reduction over them); 0 neither (the race).
+#if KDA_STAGE_RELEASE == 1
+            fence_proxy_async();
+            named_bar_sync(BAR_PROD, 128);
+#elif KDA_STAGE_RELEASE == 2
+            {
+                unsigned acc = 0u;
+#pragma unroll
+                for (int u = 0; u < TPT; ++u)
+                    acc ^= __float_as_uint(kda_widen1<BF>(xg[u])) ^ __float_as_uint(kda_widen1<BF>(xk[u])) ^
+                           __float_as_uint(kda_widen1<BF>(xq[u]));
+                asm volatile("{\n\t.reg .pred p, r;\n\tsetp.ne.u32 p, %2, 0;\n\tbar.red.or.pred r, %0, %1, p;\n\t}"
+                             ::"r"(BAR_PROD), "r"(128), "r"(acc) : "memory");
+            }
+#else
+            named_bar_sync(BAR_PROD, 128);
+#endif
             if (n + 1 < NC) {
                 if constexpr (CL > 1) {
                     if (e == 0)
