@@ -27,12 +27,17 @@
 // the chunk in WG_E's remote stores and their cluster-scope fences (kept in the repository's history,
 // not in the ladder).
 //
-// Known defect (fp32 inputs): a live run of notebook 13 after its recording failed the accuracy check at
-// the target shape on this step's three-term path: o off beyond the 1e-4 bound, the final state right,
-// the recorded run at the same shape and every CPU-model case bit for bit with 15. Only the rows of P1
-// that carry Qg S feed o and not the state, so a race on the [Kg; Qg]^T tiles' Qg pieces (or on A2) that
-// timing rarely opens is the suspect; the one-term (bf16-input) path has not shown it. Until it is found,
-// kernels.prepare_tc warns on fp32 inputs and points at 15.
+// A race this step exposed (fp32 inputs), found and fixed in kda_mc_body (14): a live run after notebook
+// 13's recording at d1c621b failed its accuracy check at the target shape (o off, the final state right).
+// scripts/stress_delta.py (the recurrence run 40-80 times on one 07 output, each run compared bit for bit
+// with the first) found about half the runs differing, always in the same pattern: in one value block,
+// the chunk's last one or two tokens of o slightly off, the whole next chunk far off, the error then
+// decaying. That fits one channel of the staging tile whose last loads (tokens 30, 31) read chunk n + 1's
+// g or k: WG_E's barrier that released the tile to the next chunk's tensor copy did not order the copy
+// (async proxy) behind those loads still in flight. With a proxy fence after the loads, none of 80 runs
+// differed (nor any of 15's, or of 17's and 19's on bf16 inputs); a probe build without the fence
+// (KDA_STAGE_RELEASE=0) differed again in 24 of 40. The fence is in every form that stages its inputs
+// by the copy engine (14-19); 15 and 17 had not shown the race.
 //
 // Launch: 15's (grid (V / BV, H, B), 256 threads, tensor maps of g, k, q, v and 07's output); shared
 // memory kernels.tile_smem_words (the operand buffers shrink: bf16 tiles in place of fp32 rows).

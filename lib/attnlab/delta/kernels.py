@@ -76,12 +76,6 @@ BF16_ONLY_WHY = {
               "the 1e-4 that fp32 inputs are held to", "impl='diet'"),
 }
 BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
-#: impls whose fp32 path is under suspicion, and the one-line warning a call with fp32 inputs gets
-SUSPECT_FP32_IMPLS = {
-    "tile": "impl='tile' (19) on fp32 inputs: a live run of notebook 13 (after its recording) found o off "
-            "beyond the 1e-4 bound at the target shape, the final state right (an intermittent race of the "
-            "three-term tiles, not yet found); pass impl='diet' (15) for fp32 inputs until it is fixed",
-}
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
 
@@ -854,10 +848,6 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
         what, why, instead = BF16_ONLY_WHY[impl]
         raise ValueError(f"impl={impl!r} ({what}) runs on bf16 inputs only: {why}; pass {instead} or torch bfloat16 inputs")
-    if io == "fp32" and impl in SUSPECT_FP32_IMPLS:
-        import warnings
-
-        warnings.warn(SUSPECT_FP32_IMPLS[impl], RuntimeWarning, stacklevel=2)
     import cupy as cp
 
     from ..compile import load_kernel
