@@ -21,7 +21,7 @@ must agree bit for bit; a difference is a race. Per impl and input precision:
 
 Writes stress_runs_TAG.csv (a row a run, with its CUDA-event time) and stress_diffs_TAG.csv (a row a
 differing chunk and value block; TAG: the defines, or "default") to --out (default $OUT or /tmp); prints
-a summary. Not a recorded run.
+a summary; exits 1 if any run differed. Not a recorded run.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def main() -> int:
     if len(ddf):
         print(ddf.groupby(["io", "impl"]).agg(chunks=("n", "size"), elements=("n", "sum")).to_string())
         print(ddf.head(40).to_string())
-    return 0
+    return 1 if len(ddf) or (rdf.prep_bits_differing > 0).any() else 0   # a difference is a race: fail
 
 
 if __name__ == "__main__":

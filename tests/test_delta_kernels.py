@@ -252,7 +252,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert "multicast" not in r.ptx and ".reqnctapercluster" not in r.ptx
     if function in ("kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single",
-                    "kda_chunk_state_ahead", "kda_chunk_state_tile"):
+                    "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wgrs"):
         # 14-19: the copy engine (async proxy) refills the staging tile once WG_E's barrier releases it, so
         # WG_E's loads of it are fenced for the async proxy before that barrier (scripts/stress_delta.py
         # caught 19 reading the next chunk's g, k without it)

@@ -176,8 +176,9 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             // thread's shared-memory loads (they may still be in flight, their registers not yet read):
             // without a proxy fence, the copy could land before the last loads of the chunk had read it
             // (scripts/stress_delta.py caught 19's fp32 form so: a channel's last tokens read from chunk
-            // n + 1). KDA_STAGE_RELEASE (probe builds): 1 (default) a proxy fence after the loads; 2 the
-            // loaded values consumed by the barrier itself (a reduction over them); 0 neither (the race).
+            // n + 1; 16 fences its own tile alike). KDA_STAGE_RELEASE (probe builds): 1 (default) a proxy
+            // fence after the loads; 2 the loaded values consumed by the barrier itself (a reduction over
+            // them); 0 neither (the race).
 #if KDA_STAGE_RELEASE == 1
             fence_proxy_async();
             named_bar_sync(BAR_PROD, 128);

@@ -120,7 +120,8 @@ kda_chunk_state_wgrs(const typename KdaIn<BF>::T* __restrict__ q, const typename
                 xk[u] = kda_widen1<BF>(stg[(1 * C + tok0 + u) * K + c]);
                 xq[u] = kda_widen1<BF>(stg[(2 * C + tok0 + u) * K + c]);
             }
-            named_bar_sync(BAR_PROD, 128);   // everyone here has read the tile
+            fence_proxy_async();             // the loads above before the copy engine refills the tile (14's
+            named_bar_sync(BAR_PROD, 128);   // kda_mc_body says why); everyone here has read the tile
             if (n + 1 < NC) copy_in(n + 1);
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2
             KDA_STAMP(1);

@@ -37,7 +37,7 @@
 // (async proxy) behind those loads still in flight. With a proxy fence after the loads, none of 80 runs
 // differed (nor any of 15's, or of 17's and 19's on bf16 inputs); a probe build without the fence
 // (KDA_STAGE_RELEASE=0) differed again in 24 of 40. The fence is in every form that stages its inputs
-// by the copy engine (14-19); 15 and 17 had not shown the race.
+// by the copy engine (14-19, 16 included); 15 and 17 had not shown the race.
 //
 // Launch: 15's (grid (V / BV, H, B), 256 threads, tensor maps of g, k, q, v and 07's output); shared
 // memory kernels.tile_smem_words (the operand buffers shrink: bf16 tiles in place of fp32 rows).
