@@ -122,14 +122,14 @@ def quick_check(impls, builds=()) -> pd.DataFrame:
 
 
 def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = True, B: int = 2,
-            builds=()) -> pd.DataFrame:
+            builds=(), bvs=None, ios=("fp32", "bf16")) -> pd.DataFrame:
     H, K, V = 16, 128, 128
     rows = []
     chunk_kda = db.fla_functions()[0] if with_fla else None
     for T in T_list:
         _, d = db.device_inputs(B, T, H, K, V, seed=T)
-        for impl in [i for i in TWO_KERNEL if impls is None or i in impls]:
-            for bv in (None,) if impl in dk.WGRS_IMPLS else dk.SUPPORTED_BV:   # every value-block width an impl takes
+        for impl in [i for i in TWO_KERNEL if (impls is None or i in impls) and "fp32" in ios]:
+            for bv in (None,) if impl in dk.WGRS_IMPLS else bvs or dk.SUPPORTED_BV:   # every value-block width an impl takes
                 p = dk.prepare_tc(**d, check_gate=False, impl=impl, bv=bv)
                 rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}", config=f"BV={p.bv}", T=T))
                 rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
@@ -138,10 +138,10 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
                     rows.append(db._timed(lambda p=p: p.run(stages=(1,)), budget, implementation="07 alone",
                                           config="", T=T))
                 del p
-        tb = fast.bf16_inputs(d)
+        tb = fast.bf16_inputs(d) if "bf16" in ios else None
         if tb is not None:
             for impl in [i for i in dk.BF16_IMPLS if impls is None or i in impls]:
-                for bv in (None,) if impl in dk.WGRS_IMPLS else dk.SUPPORTED_BV:
+                for bv in (None,) if impl in dk.WGRS_IMPLS else bvs or dk.SUPPORTED_BV:
                     p = dk.prepare_tc(**tb, check_gate=False, impl=impl, bv=bv)
                     rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}, bf16 I/O",
                                           config=f"BV={p.bv}", T=T))
@@ -154,7 +154,7 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
                     del p
         for impl, defines in builds:   # --build: a recurrence built with other macros, timed as its plain build is
             label = f"{impl} " + ",".join(f"{k_}={v_}" for k_, v_ in defines.items())
-            for io, x in (("fp32", d), ("bf16", tb)):
+            for io, x in (("fp32", d if "fp32" in ios else None), ("bf16", tb)):
                 if x is None or (io == "fp32" and impl in dk.BF16_ONLY_IMPLS):
                     continue
                 p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines)
@@ -260,6 +260,8 @@ def main() -> None:
     ap.add_argument("--stages-only", action="store_true", help="only 07 and 10 alone, fp32 and bf16 I/O (and --ncu)")
     ap.add_argument("--quick-check", action="store_true",
                     help="in place of the correctness grid: one edge case per impl against float64 and against 13")
+    ap.add_argument("--bv", type=int, nargs="+", default=None, help="only these value-block widths (default: all)")
+    ap.add_argument("--io", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"], help="input precisions timed")
     ap.add_argument("--build", nargs=2, action="append", default=[], metavar=("IMPL", "KEY=VAL[,KEY=VAL]"),
                     help="also check and time IMPL built with these macros (e.g. diet3 KDA_P1_CHAINS=3)")
     a = ap.parse_args()
@@ -295,7 +297,8 @@ def main() -> None:
                 print(impl, defines, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
         if a.phases_only:
             return
-        lat = latency(a.T, a.budget, not a.no_fla, a.impls, probes=not a.no_probes, B=a.B, builds=builds)
+        lat = latency(a.T, a.budget, not a.no_fla, a.impls, probes=not a.no_probes, B=a.B, builds=builds, bvs=a.bv,
+                      ios=a.io)
         lat.to_csv(out / "state_latency.csv", index=False)
         print(lat.to_string(), flush=True)
     if a.ncu:

@@ -68,6 +68,11 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
                   "tiles must stay aligned");
 };
 
+#ifndef KDA_P1_TERMS
+#define KDA_P1_TERMS 3   // probe build: P1's products at fp32 inputs (1: hi x hi only, results meaningless): what its
+#endif                   // two lo terms cost the chunk (scripts/probe_delta_recurrence.py --build IMPL KDA_P1_TERMS=1)
+static_assert(KDA_P1_TERMS == 1 || KDA_P1_TERMS == 3, "KDA_P1_TERMS: 3 (recorded builds) or 1 (probe)");
+
 #ifndef KDA_LATE_SIDE
 #define KDA_LATE_SIDE 0   // probe build: 13-17's side work issued behind P1 (1) or before it (0, as recorded)
 #endif
@@ -471,14 +476,14 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             if constexpr (L::SMA) {   // 19: A = [Kg; Qg]^T of chunk n, MN-major: k step s is its rows 16s .. (2048 bytes on)
                 const unsigned kq = base + cx.kq_of(n) + s * 2048;
                 auto mna = [](unsigned addr) { return wgmma_desc_sw128(addr, 8192, 1024); };
-                if constexpr (!L::ONE) {
+                if constexpr (!L::ONE && KDA_P1_TERMS == 3) {
                     wgmma_ss_mna<BV>(p1, mna(kq + K * 128), desc(sth_a + off), s > 0);   // lo x hi
                     wgmma_ss_mna<BV>(p1, mna(kq), desc(stl_a + off), 1);                 // hi x lo
                 }
-                wgmma_ss_mna<BV>(p1, mna(kq), desc(sth_a + off), L::ONE ? s > 0 : 1);   // hi x hi
+                wgmma_ss_mna<BV>(p1, mna(kq), desc(sth_a + off), L::ONE || KDA_P1_TERMS == 1 ? s > 0 : 1);   // hi x hi
                 continue;
             }
-            if constexpr (L::ONE) {   // 17: one term, Kbg / Qg hi times S hi
+            if constexpr (L::ONE || KDA_P1_TERMS == 1) {   // 17: one term, Kbg / Qg hi times S hi
                 wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), s > 0);
                 continue;
             }
