@@ -40,36 +40,42 @@ from attnlab.delta.bench import device_inputs
 from attnlab.delta.naive import kda_recurrent_fp64
 
 
+def _xp(a):
+    """The array module of ``a``: CuPy's for a device array, NumPy otherwise (and without CuPy)."""
+    try:
+        import cupy as cp
+    except ImportError:
+        return np
+    return cp.get_array_module(a)
+
+
 def bits(a):
     """The array's bit patterns (uint32 for fp32, uint16 for bf16 stored as int16)."""
-    import cupy as cp
-
-    return a.view(cp.uint16) if a.dtype == cp.int16 else a.view(cp.uint32)
+    xp = _xp(a)
+    return a.view(xp.uint16) if a.dtype == xp.int16 else a.view(xp.uint32)
 
 
 def diff_map(o, o0, C: int, BV: int, cap: int = 2_000_000) -> pd.DataFrame:
     """The differing elements of o (B, T, H, V) against o0, grouped by (b, h, chunk, value block): how
-    many, which rows of the chunk (a bit a token) and which columns of the block (a bit a column)."""
-    import cupy as cp
-
-    ob, o0b = bits(o), bits(o0)
-    idx = cp.nonzero(ob != o0b)
-    n = int(idx[0].size)
-    if n == 0:
+    many, the largest absolute difference, which rows of the chunk (a bit a token) and which columns of
+    the block (a bit a column). o and o0 are float32, or bf16 bit patterns stored as int16."""
+    xp = _xp(o)
+    host = getattr(xp, "asnumpy", np.asarray)
+    idx = xp.nonzero(bits(o) != bits(o0))
+    if int(idx[0].size) == 0:
         return pd.DataFrame()
-    b, t, h, v = (cp.asnumpy(x[:cap]) for x in idx)
-    a = cp.asnumpy(o[idx[0][:cap], idx[1][:cap], idx[2][:cap], idx[3][:cap]]).astype(np.float64)
-    r = cp.asnumpy(o0[idx[0][:cap], idx[1][:cap], idx[2][:cap], idx[3][:cap]]).astype(np.float64)
-    if o.dtype == cp.int16:   # bf16 bits: widen by hand
-        a = (a.astype(np.int64).astype(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-        r = (r.astype(np.int64).astype(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    df = pd.DataFrame(dict(b=b, h=h, chunk=t // C, vblock=v // BV, row=t % C, col=v % BV, absdiff=np.abs(a - r)))
+    idx = tuple(x[:cap] for x in idx)
+    b, t, h, v = (host(x) for x in idx)
+    a, r = host(o[idx]), host(o0[idx])
+    if a.dtype == np.int16:   # bf16 bits: widen by hand
+        a, r = ((x.view(np.uint16).astype(np.uint32) << 16).view(np.float32) for x in (a, r))
+    df = pd.DataFrame(dict(b=b, h=h, chunk=t // C, vblock=v // BV, row=t % C, col=v % BV,
+                           absdiff=np.abs(a.astype(np.float64) - r.astype(np.float64))))
     g = df.groupby(["b", "h", "chunk", "vblock"])
     out = g.agg(n=("row", "size"), max_absdiff=("absdiff", "max")).reset_index()
-    out["rows"] = g["row"].agg(lambda s: int(np.bitwise_or.reduce(np.left_shift(1, s.to_numpy().astype(np.int64))))).to_numpy()
-    out["cols"] = g["col"].agg(lambda s: int(np.bitwise_or.reduce(np.left_shift(1, s.to_numpy().astype(np.int64))))).to_numpy()
-    out["rows"] = out["rows"].map(lambda x: f"{x:#010x}")
-    out["cols"] = out["cols"].map(lambda x: f"{x:#010x}")
+    for name, col in (("rows", "row"), ("cols", "col")):
+        masks = g[col].agg(lambda s: int(np.bitwise_or.reduce(np.left_shift(1, s.to_numpy().astype(np.int64)))))
+        out[name] = [f"{m:#010x}" for m in masks.to_numpy()]
     return out
 
 

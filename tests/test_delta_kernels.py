@@ -826,3 +826,28 @@ def test_rounding_table_and_generated_bf16_lines():
     assert fast.describe_bf16(faster15, 16384)[1] == ("- Its parts, each alone: 07 (bf16 inputs) 0.900 ms, recurrence 15 "
                                                       "0.500 ms; their sum 1.400 ms against 0.900 ms for the call.")
     assert fast.describe_bf16(lat[lat["implementation"] == fast.FLA], 16384) == []
+
+
+def test_stress_diff_map_locates_differences():
+    """scripts/stress_delta.py maps the elements where two runs differ to (b, h, chunk, value block),
+    with the chunk's rows and the block's columns that differ as bit masks (fp32 and bf16 bits)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stress_delta", ROOT / "scripts" / "stress_delta.py")
+    sd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sd)
+    rng = np.random.default_rng(0)
+    o0 = rng.standard_normal((2, 100, 3, 64)).astype(np.float32)
+    assert sd.diff_map(o0.copy(), o0, 32, 32).empty
+    o = o0.copy()
+    o[1, 33:35, 2, 40] += 1.0    # b 1, h 2, chunk 1 (rows 1, 2), value block 1 (column 8)
+    o[0, 5, 0, 3] -= 2.0         # b 0, h 0, chunk 0 (row 5), value block 0 (column 3)
+    d = sd.diff_map(o, o0, 32, 32).sort_values(["b", "h"]).reset_index(drop=True)
+    assert d[["b", "h", "chunk", "vblock", "n"]].values.tolist() == [[0, 0, 0, 0, 1], [1, 2, 1, 1, 2]]
+    assert list(d["rows"]) == ["0x00000020", "0x00000006"] and list(d["cols"]) == ["0x00000008", "0x00000100"]
+    assert np.allclose(d["max_absdiff"], [2.0, 1.0], rtol=1e-6)
+    b0 = (o0.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)   # bf16 bit patterns, as the bf16 path stores o
+    b1 = b0.copy()
+    b1[0, 99, 1, 63] ^= 1
+    d = sd.diff_map(b1, b0, 32, 32)
+    assert d[["b", "h", "chunk", "vblock", "n", "rows", "cols"]].values.tolist() == [[0, 1, 3, 1, 1, "0x00000008", "0x80000000"]]

@@ -38,6 +38,13 @@
 // differed (nor any of 15's, or of 17's and 19's on bf16 inputs); a probe build without the fence
 // (KDA_STAGE_RELEASE=0) differed again in 24 of 40. The fence is in every form that stages its inputs
 // by the copy engine (14-19, 16 included); 15 and 17 had not shown the race.
+// Where this step's chunk goes (probe builds, not recorded): with P1's two lo terms dropped
+// (KDA_P1_TERMS=1, fp32 inputs, results meaningless) the recurrence runs about an eighth faster, its
+// chain alone (KDA_PROBE=5) too, and the stamps shrink both P1's stage and WG_E's arithmetic: P1's
+// shared-memory operands (both tiles, A and B) and WG_E's stores draw on the same shared-memory
+// bandwidth. 15's P1 (A from registers) loses less to the same probe. Neither the lo terms nor WG_E's
+// share of the SM is the whole gap to the fp32 target: 07 + 19 comes to about the time that 1.9x fla
+// asks only with both removed (one-term P1 and WG_E idle together), not with either alone.
 //
 // Launch: 15's (grid (V / BV, H, B), 256 threads, tensor maps of g, k, q, v and 07's output); shared
 // memory kernels.tile_smem_words (the operand buffers shrink: bf16 tiles in place of fp32 rows).
