@@ -523,7 +523,9 @@ def test_gpu_torch_inputs_and_errors():
 
 #: bf16-input impls whose P1 and P4 are one bf16 product (17, 18, and 19 on bf16 inputs): bf16-accurate
 ONE_TERM_BF16 = ("single", "ahead", "tile")
-ONE_TERM_O, ONE_TERM_STATE = 1e-2, 1e-2   # provisional: set from the first GPU run
+# their bounds, ~2.5x what the H200 gave on these cases (o 1.5e-3, state 2.3e-3 at worst; the three-term
+# impls 1.6e-4 and 4.8e-6 against 5e-4 and 3e-5)
+ONE_TERM_O, ONE_TERM_STATE = 4e-3, 6e-3
 
 
 @pytest.mark.gpu
