@@ -382,7 +382,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "the CPU model has its own wgmma_ss_mna; the device's transpose flag is checked in the PTX"),
     Mutation("14-19: the staging tile released to the next tensor copy without a proxy fence",
              "kernels/delta/14_chunk_state_multicast.cu",
-             "#if KDA_STAGE_RELEASE == 1\n            fence_proxy_async();\n", "#if KDA_STAGE_RELEASE == 1\n",
+             "#if KDA_STAGE_RELEASE\n            fence_proxy_async();\n", "#if KDA_STAGE_RELEASE\n",
              ("tests/test_delta_kernels.py::test_delta_kernels_build_without_spills[K128-kda_chunk_state_tile<128,128,32,32,False>-sm_90]",),
              "the race stress_delta.py caught on the H200 (19, fp32); the static build checks the fence"),
     Mutation("stress_delta: a differing element's row in its chunk taken as the chunk", "scripts/stress_delta.py",

@@ -166,8 +166,7 @@ def test_cost_model():
 
 # ----------------------------------------------------------------------------- static build (CPU)
 
-class KdaWgBarsPy:   # kernels/delta/wgmma_recurrence.cuh's KdaWgBars
-    PROD = 2
+BAR_PROD = 2   # kernels/delta/wgmma_recurrence.cuh's KdaWgBars::PROD: WG_E's own barrier
 
 
 def fenced_bar_syncs(ptx: str) -> set:
@@ -251,16 +250,16 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         # 14's TMA form (and 15's, 17's, 18's, 19's): a 4-D tensor copy per array and chunk, no cluster, no row copies
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert "multicast" not in r.ptx and ".reqnctapercluster" not in r.ptx
+    elif function == "kda_chunk_state_mc":
+        # 14 alone: plain bulk copies into the block's tile, no cluster protocol
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [" in r.ptx
+        assert "multicast" not in r.ptx and "mapa" not in r.ptx
     if function in ("kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single",
                     "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wgrs"):
         # 14-19: the copy engine (async proxy) refills the staging tile once WG_E's barrier releases it, so
         # WG_E's loads of it are fenced for the async proxy before that barrier (scripts/stress_delta.py
         # caught 19 reading the next chunk's g, k without it)
-        assert (KdaWgBarsPy.PROD, 128) in fenced_bar_syncs(r.ptx), f"{r.name}: the staging tile's release is not fenced"
-    elif function == "kda_chunk_state_mc":
-        # 14 alone: plain bulk copies into the block's tile, no cluster protocol
-        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [" in r.ptx
-        assert "multicast" not in r.ptx and "mapa" not in r.ptx
+        assert (BAR_PROD, 128) in fenced_bar_syncs(r.ptx), f"{r.name}: the staging tile's release is not fenced"
     if function == "kda_chunk_state_tile":
         # 19: P1 with A MN-major from shared memory (tnspA = 1: K / 16 wgmmas a term, three terms at fp32, one
         # at bf16), none with A from registers in P1 (P2's three terms: six a chunk)
@@ -522,7 +521,7 @@ def test_gpu_torch_inputs_and_errors():
 
 
 #: bf16-input impls whose P1 and P4 are one bf16 product (17, 18, and 19 on bf16 inputs): bf16-accurate
-ONE_TERM_BF16 = ("single", "ahead", "tile")
+ONE_TERM_BF16 = (*dk.BF16_ONLY_IMPLS, "tile")
 # their bounds, ~2.5x what the H200 gave on these cases (o 1.5e-3, state 2.3e-3 at worst; the three-term
 # impls 1.6e-4 and 4.8e-6 against 5e-4 and 3e-5)
 ONE_TERM_O, ONE_TERM_STATE = 4e-3, 6e-3

@@ -85,7 +85,7 @@
 #include "wgmma_recurrence.cuh"
 
 #ifndef KDA_STAGE_RELEASE
-#define KDA_STAGE_RELEASE 1   // how WG_E releases the staging tile to the next chunk's copy (kda_mc_body)
+#define KDA_STAGE_RELEASE 1   // WG_E's staging tile released behind a proxy fence (kda_mc_body; 0: probe, without)
 #endif
 
 // The kernel body of every form: CL blocks per cluster, WG_C's copies as cp.async pieces, row bulk
@@ -176,25 +176,11 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             // thread's shared-memory loads (they may still be in flight, their registers not yet read):
             // without a proxy fence, the copy could land before the last loads of the chunk had read it
             // (scripts/stress_delta.py caught 19's fp32 form so: a channel's last tokens read from chunk
-            // n + 1; 16 fences its own tile alike). KDA_STAGE_RELEASE (probe builds): 1 (default) a proxy
-            // fence after the loads; 2 the loaded values consumed by the barrier itself (a reduction over
-            // them); 0 neither (the race).
-#if KDA_STAGE_RELEASE == 1
+            // n + 1; 16 fences its own tile alike). KDA_STAGE_RELEASE=0 (probe build): no fence, the race.
+#if KDA_STAGE_RELEASE
             fence_proxy_async();
-            named_bar_sync(BAR_PROD, 128);
-#elif KDA_STAGE_RELEASE == 2
-            {
-                unsigned acc = 0u;
-#pragma unroll
-                for (int u = 0; u < TPT; ++u)
-                    acc ^= __float_as_uint(kda_widen1<BF>(xg[u])) ^ __float_as_uint(kda_widen1<BF>(xk[u])) ^
-                           __float_as_uint(kda_widen1<BF>(xq[u]));
-                asm volatile("{\n\t.reg .pred p, r;\n\tsetp.ne.u32 p, %2, 0;\n\tbar.red.or.pred r, %0, %1, p;\n\t}"
-                             ::"r"(BAR_PROD), "r"(128), "r"(acc) : "memory");
-            }
-#else
-            named_bar_sync(BAR_PROD, 128);
 #endif
+            named_bar_sync(BAR_PROD, 128);
             if (n + 1 < NC) {
                 if constexpr (CL > 1) {
                     if (e == 0)
