@@ -229,7 +229,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "stmatrix" not in r.ptx and "mma.sync" not in r.ptx
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                      "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile"):
+                      "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -246,8 +246,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
         assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx and ".reqnctapercluster" in r.ptx
     elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single", "kda_chunk_state_ahead",
-                      "kda_chunk_state_tile"):
-        # 14's TMA form (and 15's, 17's, 18's, 19's): a 4-D tensor copy per array and chunk, no cluster, no row copies
+                      "kda_chunk_state_tile", "kda_chunk_state_wide"):
+        # 14's TMA form (and 15's, 17's, 18's, 19's, 20's): a 4-D tensor copy per array and chunk, no cluster, no row copies
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert "multicast" not in r.ptx and ".reqnctapercluster" not in r.ptx
     elif function == "kda_chunk_state_mc":
@@ -255,13 +255,14 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [" in r.ptx
         assert "multicast" not in r.ptx and "mapa" not in r.ptx
     if function in ("kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single",
-                    "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wgrs"):
-        # 14-19: the copy engine (async proxy) refills the staging tile once WG_E's barrier releases it, so
+                    "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wgrs", "kda_chunk_state_wide"):
+        # 14-20: the copy engine (async proxy) refills the staging tile once WG_E's barrier releases it, so
         # WG_E's loads of it are fenced for the async proxy before that barrier (scripts/stress_delta.py
-        # caught 19 reading the next chunk's g, k without it)
-        assert (BAR_PROD, 128) in fenced_bar_syncs(r.ptx), f"{r.name}: the staging tile's release is not fenced"
-    if function == "kda_chunk_state_tile":
-        # 19: P1 with A MN-major from shared memory (tnspA = 1: K / 16 wgmmas a term, three terms at fp32, one
+        # caught 19 reading the next chunk's g, k without it); 20's WG_E is 256 threads
+        ne = 256 if function == "kda_chunk_state_wide" else 128
+        assert (BAR_PROD, ne) in fenced_bar_syncs(r.ptx), f"{r.name}: the staging tile's release is not fenced"
+    if function in ("kda_chunk_state_tile", "kda_chunk_state_wide"):
+        # 19 (and 20): P1 with A MN-major from shared memory (tnspA = 1: K / 16 wgmmas a term, three terms at fp32, one
         # at bf16), none with A from registers in P1 (P2's three terms: six a chunk)
         n_mna = r.ptx.count("p, 1, 1, 1, 0;")
         assert n_mna == (1 if args[4] else 3) * args[0] // 16, f"{r.name}: {n_mna} MN-major-A wgmmas"
@@ -321,7 +322,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile', 'wide' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -520,8 +521,8 @@ def test_gpu_torch_inputs_and_errors():
         dk.kda_recurrent(**t)
 
 
-#: bf16-input impls whose P1 and P4 are one bf16 product (17, 18, and 19 on bf16 inputs): bf16-accurate
-ONE_TERM_BF16 = (*dk.BF16_ONLY_IMPLS, "tile")
+#: bf16-input impls whose P1 and P4 are one bf16 product (17, 18, and 19, 20 on bf16 inputs): bf16-accurate
+ONE_TERM_BF16 = (*dk.BF16_ONLY_IMPLS, "tile", "wide")
 # their bounds, ~2.5x what the H200 gave on these cases (o 1.5e-3, state 2.3e-3 at worst; the three-term
 # impls 1.6e-4 and 4.8e-6 against 5e-4 and 3e-5)
 ONE_TERM_O, ONE_TERM_STATE = 4e-3, 6e-3
@@ -706,7 +707,7 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile"}   # 11, 13-16, 19: clusters, wgmma, bulk and tensor copies
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide"}   # 11, 13-16, 19, 20: clusters, wgmma, bulk and tensor copies
     # (17, "single", and 18, "ahead", are bf16-I/O paths only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()

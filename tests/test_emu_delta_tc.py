@@ -115,6 +115,12 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     # tile) instead of by WG_C (A fragments): the same words, the same products in the same order
     o, s = read("tl_o", (B, T, H, V)), read("tl_ht", (B, H, K, V))
     assert np.array_equal(o, out["dt"][0]) and np.array_equal(s, out["dt"][1]), "07<A2>->19 must reproduce 15 bit for bit"
+    # 20 is 19 with each channel's running products split over two threads (four at K = 64) and joined:
+    # the float64 recurrence's bound, and 19's values to the rounding of those products' order
+    o, s = read("wd_o", (B, T, H, V)), read("wd_ht", (B, H, K, V))
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"07<A2>->20: errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"
+    assert rel(o, out["dt"][0]) < 3e-6 and rel(s, out["dt"][1]) < 3e-6, \
+        f"07<A2>->20 should match 19 to rounding: {rel(o, out['dt'][0]):.2e}, {rel(s, out['dt'][1]):.2e}"
     # 14 is 13 with its inputs multicast to a cluster (all of a head's value blocks, or pairs of them):
     # the same arithmetic on the same values
     for tag, how in (("mc", "one cluster per head"), ("m2", "pairs"), ("m1", "no cluster, plain bulk copies"),
@@ -152,6 +158,10 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     # 19 on bf16 inputs: 17's one-term products, P1's A from WG_E's tile: 17's words, bit for bit
     o19, s19 = read("tlb_o", (B, T, H, V)), read("tlb_ht", (B, H, K, V))
     assert np.array_equal(o19, o) and np.array_equal(s19, s), "07<A2>->19 bf16 I/O must reproduce 17 bit for bit"
+    # 20 on bf16 inputs: 19's one-term products with the running products split: the same rounding model
+    o20, s20 = read("wdb_o", (B, T, H, V)), read("wdb_ht", (B, H, K, V))
+    assert rel(o20, mo) < SINGLE_TOL, f"07<A2>->20 bf16 I/O: o vs the rounding model {rel(o20, mo):.2e}"
+    assert rel(s20, ms) < SINGLE_TOL, f"07<A2>->20 bf16 I/O: final state vs the rounding model {rel(s20, ms):.2e}"
     # 18 rounds P1a, W and P4 to one bf16 term (P1b = W V' keeps three): not 17's roundings, so held to
     # the float64 recurrence like 17 is, within a quarter of 17's own error (the CPU model has 18's state
     # and o within 1.25x of 17's in every case here, o mostly below it; a dropped product or a stale

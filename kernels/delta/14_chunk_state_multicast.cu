@@ -94,7 +94,7 @@
 // WG_E's operands with fewer instructions (DIET: step 15), P1 and P4 as one bf16 term (ONE: step 17),
 // each chunk's P1 a chunk early (AHEAD: step 18), and P1's A from shared memory (SMA: step 19).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
-          bool ONE = false, bool AHEAD = false, bool SMA = false>
+          bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -106,7 +106,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     static_assert(KDA_PROBE != 5 || NKD == 2, "probe 5 hands buffers over as NKD = 2 does");
     static_assert(KDA_PROBE != 4 || CL == 1, "probe 4 reuses the block's own tile");
     static_assert(!AHEAD || (NKD == 2 && SLOT == 2), "18's hand-overs are written for two buffers and tensor-copied slots");
-    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA>;   // 13's layout; FULL_T, EMPTY_T, WG_C's two slots
+    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE>;   // 13's layout; FULL_T, EMPTY_T, WG_C's two slots
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
@@ -131,7 +131,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
 
     if (warp >= 4) {
         // ====================================================== WG_E: element-wise operands, a chunk ahead
-        constexpr int TPT = C / L::TPC;                  // tokens per thread
+        constexpr int TPT = C / L::TPC / (KDA_PROBE == 6 ? 2 : 1);   // tokens per thread (probe 6: half of them,
+                                                         // results meaningless: WG_E's chunk at half the length)
         const int e = cx.tid - 128, c = e % K, part = e / K, tok0 = part * TPT;
         const unsigned rank = cluster_ctarank();
         const TIn* const stg = reinterpret_cast<const TIn*>(cx.sm + L::OFF_STG);
@@ -180,7 +181,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
 #if KDA_STAGE_RELEASE
             fence_proxy_async();
 #endif
-            named_bar_sync(BAR_PROD, 128);
+            named_bar_sync(BAR_PROD, L::NE);
             if (n + 1 < NC) {
                 if constexpr (CL > 1) {
                     if (e == 0)

@@ -12,13 +12,15 @@
 #include "hopper.cuh"
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
-          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false>
+          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
+                       // NE_: WG_E's threads (256: two element-wise warpgroups, 20)
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
-    static constexpr int NTH = 256;                     // WG_C (chain), WG_E (element-wise)
+    static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19) or two (20)
+    static constexpr int NTH = 128 + NE;                // WG_C (chain), WG_E (element-wise)
     static constexpr int MT = K / 64;                   // m64 tiles of the state (rows = channels)
     static constexpr int LE = K + 8;                    // floats per Kbg / Qg row
     static constexpr bool DENSE = DENSE_;
@@ -30,7 +32,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(!SMA || (DIET_ && NKD_ == 2 && !AHEAD_), "19 is 15's / 17's loop with P1's A in shared memory");
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
-    static constexpr int TPC = 128 / K;                 // WG_E threads per channel (1 or 2)
+    static constexpr int TPC = NE / K;                  // WG_E threads per channel (1, 2; 20 at K = 64: 4)
+    static_assert((NE == 128 || NE == 256) && (TPC == 1 || TPC == 2 || (TPC == 4 && DIET_)),
+                  "WG_E: one or two warpgroups; four threads a channel only with the running products of 15");
     static constexpr int ESZ = BF ? 2 : 4;              // bytes per input element
     // byte offsets from the 1024-aligned base
     static constexpr int ST_BYTES = K * BV * 2;         // one S^T tile (hi or lo): K/64 chunks of BV rows
@@ -57,10 +61,11 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int TA_BYTES = 4 * C * LC * 4;
     static constexpr int SLOT_BYTES = TA_BYTES + C * LV * ESZ;
     static constexpr int OFF_SLOT = OFF_OPB + OPS_BYTES;
-    static constexpr int OFF_TOT = OFF_SLOT + 2 * SLOT_BYTES;   // WG_E's half sums [2][K] (K = 64)
+    static constexpr int OFF_TOT = OFF_SLOT + 2 * SLOT_BYTES;   // WG_E's part sums [TPC][K] (K = 64; 20)
+    static constexpr int TOT_BYTES = (2 * K > NE ? 2 * K : NE) * 4;
     static constexpr int NST = NST_;                            // staging tiles (a ring of chunks)
     static constexpr int STG_BYTES = 3 * C * K * ESZ;           // one staging tile: g, k, q [C][K] as stored
-    static constexpr int OFF_STG = OFF_TOT + 2 * K * 4;
+    static constexpr int OFF_STG = OFF_TOT + TOT_BYTES;
     static constexpr int OFF_MBAR = OFF_STG + NST * STG_BYTES;  // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int SMEM_BYTES = BYTES + 1024;             // launch size: room to align the base
@@ -80,7 +85,8 @@ static_assert(KDA_P1_TERMS == 1 || KDA_P1_TERMS == 3, "KDA_P1_TERMS: 3 (recorded
 // Probe builds (scripts/probe_delta_recurrence.py; results meaningless): KDA_PROBE=4 copies no
 // inputs after chunk 0 (both warpgroups reuse chunk 0's staged q, k, g, T, A2 and v): the period
 // without global input traffic; KDA_PROBE=5 idles WG_E's arithmetic (it only hands buffers over):
-// WG_C's chain alone. KDA_PROBE=3: clock stamps (delta_common.cuh).
+// WG_C's chain alone; KDA_PROBE=6 has each WG_E thread take half of its tokens (what WG_E's chunk
+// would cost at half the length per thread). KDA_PROBE=3: clock stamps (delta_common.cuh).
 // Named barriers (0 is __syncthreads): WG_C's own, WG_E's own, FULL + buffer (WG_E arrives, WG_C
 // syncs) and EMPTY + buffer (WG_C arrives, WG_E syncs).
 // With three Kd^T buffers (NKD = 3) EMPTY + (n & 1) frees chunk n's Kbg / Qg buffer (WG_C has built its
@@ -183,12 +189,13 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
     #pragma unroll
                 for (int u = 0; u < TPT; ++u) { run += kda_widen1<BF>(xg[u]) * KDA_LOG2E; G[u] = run; }
                 float off = 0.f, gl = run;
+                static_assert(L::TPC <= 2, "13's gate sums are split over two threads a channel at most");
                 if constexpr (L::TPC == 2) {   // K = 64: two threads per channel, 16 tokens each
                     sTot[part * K + c] = run;
-                    named_bar_sync(BAR_PROD, 128);
+                    named_bar_sync(BAR_PROD, L::NE);
                     off = part ? sTot[c] : 0.f;
                     gl = sTot[c] + sTot[K + c];
-                    named_bar_sync(BAR_PROD, 128);   // both read before the next chunk's sums overwrite
+                    named_bar_sync(BAR_PROD, L::NE);   // both read before the next chunk's sums overwrite
                 }
     #pragma unroll
                 for (int u = 0; u < TPT; u += 2) {
@@ -219,13 +226,18 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 for (int u = 0; u < TPT; ++u) { run *= xe[u]; e1[u] = run; }
                 float pre = 1.f, suf = 1.f;
                 gl2 = run;
-                if constexpr (L::TPC == 2) {   // K = 64: two threads per channel, 16 tokens each
+                if constexpr (L::TPC > 1) {   // TPC threads per channel (K = 64; 20), C / TPC tokens each
                     sTot[part * K + c] = run;
-                    named_bar_sync(BAR_PROD, 128);
-                    pre = part ? sTot[c] : 1.f;          // the first half's product scales the second half's 2^G
-                    suf = part ? 1.f : sTot[K + c];      // the second half's product scales the first half's 2^(G_L - G)
-                    gl2 = sTot[c] * sTot[K + c];
-                    named_bar_sync(BAR_PROD, 128);   // both read before the next chunk's products overwrite
+                    named_bar_sync(BAR_PROD, L::NE);
+                    gl2 = 1.f;
+    #pragma unroll
+                    for (int p = 0; p < L::TPC; ++p) {   // the earlier parts' products scale this part's 2^G, the
+                        const float t = sTot[p * K + c];   // later parts' its 2^(G_L - G) (two parts: 13's values)
+                        if (p < part) pre *= t;
+                        if (p > part) suf *= t;
+                        gl2 *= t;
+                    }
+                    named_bar_sync(BAR_PROD, L::NE);   // all read before the next chunk's products overwrite
                 }
                 float ed[TPT];
     #pragma unroll

@@ -13,8 +13,8 @@
 // of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc; m1_o, m1_ht:
 // 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too; tm_o, tm_ht:
 // 14's TMA form, three tensor copies a chunk; t2_o, t2_ht: and WG_C's copies as one bulk and one
-// tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht, sgb_o, sgb_ht (17: bf16 inputs only), ahb_o, ahb_ht (18: bf16 inputs only) and tlb_o, tlb_ht (19) (07 then 10, 07 then 12,
+// tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), wd_o, wd_ht (07<A2> then 20), bf_o, bf_ht,
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht, sgb_o, sgb_ht (17: bf16 inputs only), ahb_o, ahb_ht (18: bf16 inputs only) tlb_o, tlb_ht (19) and wdb_o, wdb_ht (20) (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
@@ -33,6 +33,7 @@
 #include "delta/17_chunk_state_single.cu"
 #include "delta/18_chunk_state_ahead.cu"
 #include "delta/19_chunk_state_tile.cu"
+#include "delta/20_chunk_state_wide.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -271,6 +272,20 @@ int main(int argc, char** argv) {
     }
     write_f32(dir + "/tl_o", o9);
     write_f32(dir + "/tl_ht", ht10);
+    // 20: 19 with two element-wise warpgroups (384 threads)
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+    {
+        using LW = KdaWgLayout<K, V, C, BV, false, 4, 1, true, 2, true, false, false, true, 256>;
+        const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LW::NTH, (size_t)LW::SMEM_BYTES, [&] {
+            kda_chunk_state_wide<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                              has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
+                                              mg, mk, mq, mv, tamap(ta2.data()));
+        });
+    }
+    write_f32(dir + "/wd_o", o9);
+    write_f32(dir + "/wd_ht", ht10);
     // 16: the chain turned around (S^T in the accumulators, A operands from registers), 64 value
     // columns per block; 07's T / A2 rows in boxes of C rows
     auto tamap_c = [&](const unsigned* base) {
@@ -485,5 +500,20 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/tlb_o", o6);
     write_f32(dir + "/tlb_ht", ht11);
+    // 20 on bf16 inputs: 19's with two element-wise warpgroups
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    {
+        using LWB = KdaWgLayout<K, V, C, BV, true, 4, 1, true, 2, true, true, false, true, 256>;
+        const TmaMap mg = tmap(gb.data(), 2), mk = tmap(kb.data(), 2), mq = tmap(qb.data(), 2), mv = vmap(vb.data(), 2);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LWB::NTH, (size_t)LWB::SMEM_BYTES, [&] {
+            kda_chunk_state_wide<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                    has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
+                                                    mg, mk, mq, mv, tamap(tab2.data()));
+        });
+    }
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/wdb_o", o6);
+    write_f32(dir + "/wdb_ht", ht11);
     return 0;
 }

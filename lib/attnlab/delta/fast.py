@@ -29,7 +29,7 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 tma", "tma", ("07", "14")),
             ("07+14 tma, WG_C too", "tma2", ("07", "14")), ("07+15", "diet", ("07", "15")),
-            ("07+16", "wgrs", ("07", "16")), ("07+19", "tile", ("07", "19")))
+            ("07+16", "wgrs", ("07", "16")), ("07+19", "tile", ("07", "19")), ("07+20", "wide", ("07", "20")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10", "07+19": "07+15",
                      "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma"}
@@ -41,7 +41,7 @@ BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma",
                  ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")),
                  ("07+15 bf16 I/O", "diet", ("07", "15")), ("07+16 bf16 I/O", "wgrs", ("07", "16")),
                  ("07+17 bf16 I/O", "single", ("07", "17")), ("07+18 bf16 I/O", "ahead", ("07", "18")),
-                 ("07+19 bf16 I/O", "tile", ("07", "19")))
+                 ("07+19 bf16 I/O", "tile", ("07", "19")), ("07+20 bf16 I/O", "wide", ("07", "20")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -463,7 +463,9 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("17 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "single", {"KDA_PROBE": 5}),
                 ("18 (bf16 I/O)", "ahead", {}),
                 ("18 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "ahead", {"KDA_PROBE": 5}),
-                ("19", "tile", {}), ("19 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tile", {"KDA_PROBE": 5}))
+                ("19", "tile", {}), ("19 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tile", {"KDA_PROBE": 5}),
+                ("19, WG_E at half its tokens a thread (KDA_PROBE=6)", "tile", {"KDA_PROBE": 6}),
+                ("20", "wide", {}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -593,6 +595,16 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
         if label.startswith("14") and "KDA_PROBE" not in label and "13" in ms.index:
             r = ms["13"] / t
             lines.append(f"- {label}: {t:.3f} ms, {r:.2f}× 13's speed ({'faster' if r > 1 else 'slower'}).")
+    half = "19, WG_E at half its tokens a thread (KDA_PROBE=6)"
+    if {"19", "20"} <= set(ms.index):
+        r = ms["19"] / ms["20"]
+        line = (f"- 20 (two element-wise warpgroups): {ms['20']:.3f} ms, {r:.2f}× 19's speed "
+                f"({'faster' if r > 1 else 'slower'})")
+        if half in ms.index and ms["19"] > ms[half]:
+            got = (ms["19"] - ms["20"]) / (ms["19"] - ms[half])
+            line += (f"; of what halving WG_E's tokens a thread took off 19 ({ms['19'] - ms[half]:.3f} ms, half of its "
+                     f"work gone with them), 20 gains {got:.0%} with all of the work kept")
+        lines.append(line + ".")
     return lines
 
 

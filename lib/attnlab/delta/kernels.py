@@ -19,7 +19,7 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 17
   with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
   bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
-  layout; sm_90a), → ``12`` (``"regs"``),
+  layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``12`` (``"regs"``),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -39,6 +39,7 @@ at the device check).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +66,7 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single", "ahead", "tile")
+              "wgrs", "single", "ahead", "tile", "wide")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
@@ -78,6 +79,7 @@ BF16_ONLY_WHY = {
 BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
+WIDE_THREADS = 384                # 20: the chain warpgroup and two element-wise warpgroups
 
 
 # ----------------------------------------------------------------------------- registry
@@ -154,11 +156,17 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "15 (17's one-term products for bf16 inputs) with [Kg; Qg] stored by the element-wise warpgroup "
                 "as the wgmma's MN-major A tile (bf16 hi / lo, eight 16-byte stores a thread): the chain "
                 "warpgroup builds no A fragments, P1 reads shared memory as P4 does"),
+    DeltaKernel("20", "delta/20_chunk_state_wide.cu", "kda_chunk_state_wide", "tc",
+                "recurrence on warpgroup MMAs, two element-wise warpgroups (sm_90a)", 90,
+                "19 with the element-wise work over 256 threads (384 a block): two threads a channel, 16 tokens "
+                "each, their running products joined through shared memory: WG_E's chunk, the longest stage of "
+                "19's, at half the length a thread"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
- WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC) = (
+ WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
+ WIDE_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -656,6 +664,13 @@ def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
     return mc_smem_words(K, V, BV, C, bf16) - 2 * (opb(2 * C * (K + 8) * 4) - opb((1 if bf16 else 2) * K * 128)) // 4
 
 
+def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_wide`` (20) in words: 19's (:func:`tile_smem_words`), WG_E's
+    part products ([K / 256 threads a channel][K] floats) in ``KdaWgLayout``'s TOT_BYTES, max(2K, 256) floats: at
+    K = 64 four parts (1 KB), not 19's two (512 bytes)."""
+    return tile_smem_words(K, V, BV, C, bf16) + max(2 * K, 256) - 2 * K
+
+
 WGRS_BV = 64   # 16: the chain's accumulator rows are a block's value columns (the wgmma's M)
 
 
@@ -729,7 +744,8 @@ class TcPlan:
                                   smem=4 * fused_smem_words(K, V, self.bv))}
         _, _, threads, words = STATE_IMPLS[self.impl]
         threads = threads(self.bv) if callable(threads) else threads
-        state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1), smem=4 * words(K, V, self.bv))
+        state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1),
+                     smem=state_smem_bytes(self.impl, K, V, self.bv, self.io))
         return {"prep": dict(grid=(NC, H, B), block=(FUSED_THREADS, 1, 1),
                              smem=4 * prep_smem_words(K, bf16=self.io == "bf16")),
                 "state": state}
@@ -793,15 +809,29 @@ STATE_IMPLS = {
     "ahead": (AHEAD_SRC, "kda_chunk_state_ahead", WGMMA_THREADS,   # bf16 inputs only
               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "tile": (TILE_SRC, "kda_chunk_state_tile", WGMMA_THREADS, tile_smem_words),
+    "wide": (WIDE_SRC, "kda_chunk_state_wide", WIDE_THREADS, wide_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
+
+
+def state_smem_bytes(impl: str, K: int, V: int, bv: int, io: str = "fp32") -> int:
+    """Dynamic shared memory (bytes) the recurrence of a two-kernel ``impl`` is launched with: its layout's
+    size for the I/O type (bf16 inputs stage half the bytes, and 19's tiles drop their lo half: 141 KB in
+    place of 202 KB at K = V = 128, room beside it for a block of 07)."""
+    words = STATE_IMPLS[impl][3]
+    if io == "bf16" and "bf16" in inspect.signature(words).parameters:
+        return 4 * words(K, V, bv, bf16=True)
+    return 4 * words(K, V, bv)
+
+
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
 #: 14's TMA forms (kda_chunk_state_tma): the launcher passes tensor maps of g, k, q, v and 07's output;
 #: "tma2" copies WG_C's T / A2 words and v by tensor copies too; "tma3" adds a third Kd^T buffer
 TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
              "ahead",                                    # 18: 17 with each chunk's P1 a chunk early
-             "tile")                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
+             "tile",                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
+             "wide")                                     # 20: 19 with two element-wise warpgroups
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -843,7 +873,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18 or 19), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18, 19 or 20), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
         what, why, instead = BF16_ONLY_WHY[impl]
@@ -858,7 +888,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
-        raise ValueError(f"impl={impl!r} (kernels 13-19, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+        raise ValueError(f"impl={impl!r} (kernels 13-20, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
@@ -892,7 +922,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                                         + state_extra_args(impl, V, bv),
                                         defines=defines, arch=STATE_ARCH.get(impl))}
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf)
-        kernels["state"].max_dynamic_shared_size_bytes = 4 * words(K, V, bv)
+        kernels["state"].max_dynamic_shared_size_bytes = state_smem_bytes(impl, K, V, bv, io)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
@@ -947,6 +977,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_tile":   # (K, V, C, BV, BF)
         return 4 * tile_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
+    if function == "kda_chunk_state_wide":   # (K, V, C, BV, BF)
+        return 4 * wide_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
@@ -1031,6 +1063,7 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     """The target a kernel's static build uses where ``arch`` is asked for: 13 (wgmma) is built for
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                    "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile"):
+                    "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
+                    "kda_chunk_state_wide"):
         return WGMMA_ARCH
     return arch
