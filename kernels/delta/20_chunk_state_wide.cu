@@ -16,7 +16,14 @@
 // The arithmetic is 19's but for the order of each running product's factors (a part's product
 // times the earlier parts', not one running product): rounding-level differences from 19, held to the
 // float64 recurrence like 19 (fp32 inputs) and to the float64 model of 17's roundings (bf16 inputs).
-// Registers: 384 threads leave 168 a thread (19 uses fewer); WG_E's half-length chunk needs fewer.
+// Registers: 384 threads leave 168 a thread; the build needs fewer than 19's (WG_E's half-length
+// chunk holds half the values), so nothing spills.
+// What it showed (probe runs before the recording; notebook 13 records 19, 20 and the probe side by
+// side): 20 runs barely faster than 19, far short of the half-token probe. What WG_E costs the chunk
+// is not its threads' chains of dependent instructions but what its work takes from the SM that the
+// chain's products need too (its staging loads, its tile stores, the issue slots of each sub-partition):
+// the probe took half of that work away, 20 keeps all of it. A faster chunk needs less of that work
+// per chunk (or none of it in the recurrence), not more threads doing it.
 //
 // Launch: 19's (grid (V / BV, H, B), the tensor maps of g, k, q, v and 07's output) with 384 threads;
 // shared memory kernels.wide_smem_words (19's, WG_E's part products [TPC][K] at K = 64 in 1 KB).
