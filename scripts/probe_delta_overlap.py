@@ -11,7 +11,11 @@ no waiting at all: the recurrence is launched first on one stream (it takes its 
 another (it gets what the recurrence leaves: shared memory, registers, threads), into a workspace of
 its own, so the recurrence reads the previous run's T / A2 (the right values: the same inputs), and
 nothing orders them. Medians of CUDA-event times over --reps, no L2 flush (both kernels' inputs
-exceed L2 anyway at the default shape), beside 07 alone, the recurrence alone and both in sequence.
+exceed L2 anyway at the default shape), beside 07 alone, the recurrence alone and both in sequence;
+with 07 launched first too ("07 || recurrence"), and for each side-by-side form when each stream got
+through (so a 07 that ran beside the recurrence tells itself from one that ran after it). A block of
+07 fits beside a recurrence's only where the recurrence's shared memory leaves room (19 on bf16 inputs,
+launched with its bf16 layout's size) and the SM keeps its largest shared-memory split: --carveout 100.
 """
 
 from __future__ import annotations
@@ -96,32 +100,20 @@ def main() -> int:
                 with s1:
                     plan.run(stages=(2,))
 
-            def overlap(e0):
-                s2.wait_event(e0)
-                with s1:
-                    plan.run(stages=(2,))
-                    mark("recurrence", s1)
-                with s2:
-                    side.run(stages=(1,))
-                    mark("07", s2)
-                e2 = cp.cuda.Event()
-                e2.record(s2)
-                s1.wait_event(e2)
-
-            def overlap_prep_first(e0):   # 07 launched first: the recurrence's blocks take SMs as 07's free them
-                s2.wait_event(e0)
-                with s2:
-                    side.run(stages=(1,))
-                    mark("07", s2)
-                with s1:
-                    plan.run(stages=(2,))
-                    mark("recurrence", s1)
+            def side_by_side(e0, prep_first=False):   # prep_first: 07 launched first, the recurrence's blocks
+                s2.wait_event(e0)                          # take SMs as 07's free them
+                launches = [(s1, "recurrence", lambda: plan.run(stages=(2,))), (s2, "07", lambda: side.run(stages=(1,)))]
+                for stream, name, launch in (launches[::-1] if prep_first else launches):
+                    with stream:
+                        launch()
+                        mark(name, stream)
                 e2 = cp.cuda.Event()
                 e2.record(s2)
                 s1.wait_event(e2)
 
             for name, fn in (("07 alone", prep), ("recurrence alone", state), ("07 then recurrence", seq),
-                             ("recurrence || 07", overlap), ("07 || recurrence", overlap_prep_first)):
+                             ("recurrence || 07", side_by_side),
+                             ("07 || recurrence", lambda e0: side_by_side(e0, prep_first=True))):
                 med, p90 = timed(fn)
                 rows.append(dict(T=T, io=io, impl=impl, what=name, median_ms=med, p90_ms=p90))
                 print(rows[-1], flush=True)
