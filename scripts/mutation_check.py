@@ -373,8 +373,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("20: a part's 2^G scaled by its own part's product as well as the earlier parts'",
              "kernels/delta/wgmma_recurrence.cuh",
              "                        if (p < part) pre *= t;", "                        if (p <= part) pre *= t;",
-             ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T17-logsigmoid-h00-K128V128BV32]",),
-             "20 (two threads a channel at K = 128) is checked against the float64 recurrence and 19"),
+             ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K128V128BV32]",),
+             "20 (two threads a channel at K = 128) is checked against the float64 recurrence and 19; 2^G scales "
+             "Kg and Qg, which meet a state only from the second chunk on or with an initial state (T = 17 without "
+             "one is a single chunk from S = 0: this bug leaves it untouched)"),
     Mutation("20: WG_E reads the parts' products before every part has written them", "kernels/delta/wgmma_recurrence.cuh",
              "                    sTot[part * K + c] = run;\n                    named_bar_sync(BAR_PROD, L::NE);\n                    gl2 = 1.f;",
              "                    sTot[part * K + c] = run;\n                    gl2 = 1.f;",
