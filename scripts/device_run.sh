@@ -9,7 +9,10 @@
 # (15 MiB pieces: a file over 16 MiB does not come back from the device); join them into the checkout
 # as .devcache.tgz (`cat devcache.tgz.part-* > .devcache.tgz`) and carry it (`carry: [".whl",
 # ".devcache.tgz"]`: packed, it fits the carry limit that the unpacked folder does not) to start the
-# next call warm, as a second run on one machine would.
+# next call warm, as a second run on one machine would. With notebook 13's Triton cache (fla's kernels) the
+# packed folder is too large to carry beside the working tree and the wheels: scripts/pack_devcache.sh
+# FOLDER joins the pieces and empties Triton's intermediate files (a fresh machine then loads fla's cubins
+# instead of compiling them: without any cache, notebook 13 spends minutes compiling before it measures).
 # Provenance: the device's copy of the working tree comes with the git metadata of the session's
 # start, not of the commit being run, so every row would read `git_dirty True` under an old commit.
 # Carry the commits since then as a bundle (here: `git bundle create .devgit.bundle START..HEAD`,

@@ -157,12 +157,13 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
             for io, x in (("fp32", d if "fp32" in ios else None), ("bf16", tb)):
                 if x is None or (io == "fp32" and impl in dk.BF16_ONLY_IMPLS):
                     continue
-                p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines)
-                sfx = ", bf16 I/O" if io == "bf16" else ""
-                rows.append(db._timed(p.run, budget, implementation=f"07 + {label}{sfx}", config=f"BV={p.bv}", T=T))
-                rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
-                                      implementation=f"{label} recurrence alone{sfx}", config=f"BV={p.bv}", T=T))
-                del p
+                for bv in (None,) if impl in dk.WGRS_IMPLS else bvs or (None,):   # --bv: each width asked for
+                    p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines, bv=bv)
+                    sfx = ", bf16 I/O" if io == "bf16" else ""
+                    rows.append(db._timed(p.run, budget, implementation=f"07 + {label}{sfx}", config=f"BV={p.bv}", T=T))
+                    rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
+                                          implementation=f"{label} recurrence alone{sfx}", config=f"BV={p.bv}", T=T))
+                    del p
         for label, (impl, defines) in PROBES.items():
             if not probes or (impls is not None and impl not in impls):
                 continue
