@@ -666,8 +666,8 @@ def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
 
 def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
     """Dynamic shared memory of ``kda_chunk_state_wide`` (20) in words: 19's (:func:`tile_smem_words`), WG_E's
-    part products ([K / 256 threads a channel][K] floats) in ``KdaWgLayout``'s TOT_BYTES, max(2K, 256) floats: at
-    K = 64 four parts (1 KB), not 19's two (512 bytes)."""
+    part products ([256 / K parts][K] floats: two at K = 128, four at K = 64) in ``KdaWgLayout``'s TOT_BYTES,
+    max(2K, 256) floats: at K = 64 1 KB, not 19's 512 bytes."""
     return tile_smem_words(K, V, BV, C, bf16) + max(2 * K, 256) - 2 * K
 
 
