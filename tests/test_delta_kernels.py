@@ -258,8 +258,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
                     "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wgrs", "kda_chunk_state_wide"):
         # 14-20: the copy engine (async proxy) refills the staging tile once WG_E's barrier releases it, so
         # WG_E's loads of it are fenced for the async proxy before that barrier (scripts/stress_delta.py
-        # caught 19 reading the next chunk's g, k without it); 20's WG_E is 256 threads
-        ne = 256 if function == "kda_chunk_state_wide" else 128
+        # caught 19 reading the next chunk's g, k without it): a barrier of WG_E's threads, all but WG_C's 128
+        ne = dk.tc_threads(function, args) - 128
         assert (BAR_PROD, ne) in fenced_bar_syncs(r.ptx), f"{r.name}: the staging tile's release is not fenced"
     if function in ("kda_chunk_state_tile", "kda_chunk_state_wide"):
         # 19 (and 20): P1 with A MN-major from shared memory (tnspA = 1: K / 16 wgmmas a term, three terms at fp32, one
