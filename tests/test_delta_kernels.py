@@ -229,12 +229,15 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "stmatrix" not in r.ptx and "mma.sync" not in r.ptx
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
-                      "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide"):
+                      "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide",
+                      "kda_chunk_state_pre"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
         assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in r.ptx and "fence.proxy.async.shared::cta" in r.ptx
         assert "mma.sync" not in r.ptx
+        if function == "kda_chunk_state_pre":   # 22: the operands by a plain bulk copy, no element-wise arithmetic
+            assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx and "ex2.approx" not in r.ptx
     elif spec.form == "tc":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx
@@ -322,7 +325,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile', 'wide' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile', 'wide', 'pre' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -332,6 +335,9 @@ def test_bf16_io_validation_runs_without_a_gpu():
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="single")
     with pytest.raises(ValueError, match=r"impl='ahead' \(18, 17 with each chunk's P1 a chunk early\) runs on bf16 inputs only.*impl='diet'"):
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="ahead")
+    # and 21 -> 22: its operand images are one bf16 term each
+    with pytest.raises(ValueError, match=r"impl='pre' \(21 -> 22, .*\) runs on bf16 inputs only.*memory bound.*impl='tile'"):
+        dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="pre")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         dk.validate_inputs(**t, initial_state=h0, io="bf16")
@@ -744,6 +750,11 @@ def test_launcher_shared_memory_is_the_static_tables_for_each_io():
     room = 228 * 1024 - 2 * 1024
     assert dk.state_smem_bytes("tile", 128, 128, 32, "bf16") + 4 * dk.prep_smem_words(128, bf16=True) <= room
     assert dk.state_smem_bytes("tile", 128, 128, 32, "fp32") + 4 * dk.prep_smem_words(128) > room
+    # 22 (no staging tile, no WG_E) fits two blocks per SM at either width (its __launch_bounds__)
+    for bv in dk.SUPPORTED_BV:
+        assert 2 * (dk.state_smem_bytes("pre", 128, 128, bv, "bf16") + 1024) <= 228 * 1024, bv
+    # and 21 three (its __launch_bounds__): 07's shared memory
+    assert dk.PREP_OPS_BLOCKS_PER_SM * (dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, True)) + 1024) <= 228 * 1024
 
 
 def test_static_builds_table_follows_the_instantiation_list(monkeypatch):

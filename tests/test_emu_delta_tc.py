@@ -162,6 +162,11 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     o20, s20 = read("wdb_o", (B, T, H, V)), read("wdb_ht", (B, H, K, V))
     assert rel(o20, mo) < SINGLE_TOL, f"07<A2>->20 bf16 I/O: o vs the rounding model {rel(o20, mo):.2e}"
     assert rel(s20, ms) < SINGLE_TOL, f"07<A2>->20 bf16 I/O: final state vs the rounding model {rel(s20, ms):.2e}"
+    # 21 -> 22: 19's one-term chain on operands made by 21 (13's running sums in place of 15's products): the same
+    # rounding model (the harness also checks 21's T / A2 words against 07<A2>'s, bit for bit)
+    o22, s22 = read("prb_o", (B, T, H, V)), read("prb_ht", (B, H, K, V))
+    assert rel(o22, mo) < SINGLE_TOL, f"21->22 bf16 I/O: o vs the rounding model {rel(o22, mo):.2e}"
+    assert rel(s22, ms) < SINGLE_TOL, f"21->22 bf16 I/O: final state vs the rounding model {rel(s22, ms):.2e}"
     # 18 rounds P1a, W and P4 to one bf16 term (P1b = W V' keeps three): not 17's roundings, so held to
     # the float64 recurrence like 17 is, within a quarter of 17's own error (the CPU model has 18's state
     # and o within 1.25x of 17's in every case here, o mostly below it; a dropped product or a stale
@@ -437,6 +442,13 @@ def test_wgmma_family_stamps_and_generated_lines():
         "- 13 without input copies after chunk 0 (KDA_PROBE=4): 0.900 ms against 1.500 ms for 13 as built "
         "(+0.600 ms is what the build took away).",
         "- 14 bulk: 3.000 ms, 0.50× 13's speed (slower)."]
+    probes = pd.DataFrame(dict(implementation=["17 (bf16 I/O)", "17 (bf16 I/O) chain alone, WG_E arithmetic idle "
+                                               "(KDA_PROBE=5)", "22 (bf16 I/O)"], median_ms=[0.8, 0.6, 0.65]))
+    assert fast.describe_probes(probes)[-1] == (
+        "- 22 (the operands from 21, no element-wise warpgroup): 0.650 ms against 17's 0.800 ms and 17's chain alone, "
+        "WG_E idle, 0.600 ms: 75% of the gap between them closed.")
+    probes.loc[2, "median_ms"] = 0.5
+    assert fast.describe_probes(probes)[-1].endswith("0.600 ms: below that floor by 0.100 ms.")
     # probe_latency times the ladder's impls only (17 on bf16 inputs): a probe build of another would be dropped unseen
     assert {impl for _, impl, _ in fast.PROBE_BUILDS} <= {impl for _, impl, _ in fast.TC_IMPLS + fast.BF16_IO_IMPLS}
     # a probe build of 14's tensor-copy form is set against that form as built, not against 13 or "14"

@@ -30,9 +30,12 @@
 // registers across one more barrier): ~54 KB a block, four blocks per SM on the bf16 path (whose
 // 07 waited on its loads with three: Nsight Compute counted barrier and long-scoreboard stalls with
 // 36 % of the warps active), three on the fp32 path (its registers: 64 a thread would spill).
+#pragma once   // 21 includes this file for kda_prep_body
+
 #include "delta_common.cuh"
 
 #include "delta_io.cuh"
+#include "ops_image.cuh"
 
 template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (bf16 path)
 struct KdaPrepLayout {
@@ -59,13 +62,13 @@ struct KdaPrepLayout {
     static constexpr int WORDS = OFF_FLAG + 4;
 };
 
-template <int K, int C, bool BF = false,   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
-          bool A2 = false>                 // A2: write Aqk T in place of Aqk (kernel 13)
-__global__ void __launch_bounds__(256, BF ? 4 : 3)   // blocks per SM: kernels.prep_blocks_per_sm
-kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
-               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
-               unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]
-               int T, int H, float scale) {
+// 21 (kernels/delta/21_chunk_prep_ops.cu) runs this body with OPS: each chunk's element-wise operands of
+// the recurrence, stored to `ops` as the recurrence's shared-memory image (kda_ops_image, ops_image.cuh).
+template <int K, int C, bool BF, bool A2, bool OPS>
+static __device__ __forceinline__ void
+kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+              const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
+              unsigned* __restrict__ TA, unsigned char* __restrict__ ops, int T, int H, float scale) {
     using L = KdaPrepLayout<K, C, BF>;   // bf16 path: four blocks per SM, the late arrays in the operands' space
     static_assert(C == 32, "the inverse works on two 16 x 16 blocks: chunks of 32");
     static_assert(K == 64 || K == 128, "K in {64, 128}");
@@ -174,6 +177,9 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
             *reinterpret_cast<float2*>(sKx + i * K + c0) = kv;
         }
     }
+    if constexpr (OPS)   // 21: this thread's share of the recurrence's operand image
+        kda_ops_image<K, RPG, BF>(ops + (((long long)b * H + h) * NC + n) * kda_ops_image_bytes(K), c0, r0, G, xq, xk,
+                                  off0, off1, gl0, gl1, scale);
     __syncthreads();
 
     // ---- Akk and Aqk, into registers: their arrays share the operands' space
@@ -353,4 +359,14 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
         const unsigned* src = TH + arr * C * LC + r * LC + 4 * qd;
         *reinterpret_cast<U4*>(out + (arr * C + r) * (C / 2) + 4 * qd) = *reinterpret_cast<const U4*>(src);
     }
+}
+
+template <int K, int C, bool BF = false,   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
+          bool A2 = false>                 // A2: write Aqk T in place of Aqk (kernel 13)
+__global__ void __launch_bounds__(256, BF ? 4 : 3)   // blocks per SM: kernels.prep_blocks_per_sm
+kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
+               unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]
+               int T, int H, float scale) {
+    kda_prep_body<K, C, BF, A2, false>(q, k, g, beta, TA, nullptr, T, H, scale);
 }

@@ -92,21 +92,25 @@
 // copies or one bulk and one tensor copy (SLOT 0, 1, 2: kda_wg_chain), the tile as three tensor copies
 // (TMA; maps: g, k, q, and v and 07's output for SLOT 2; CL = 1), three Kd^T buffers (NKD = 3),
 // WG_E's operands with fewer instructions (DIET: step 15), P1 and P4 as one bf16 term (ONE: step 17),
-// each chunk's P1 a chunk early (AHEAD: step 18), and P1's A from shared memory (SMA: step 19).
+// each chunk's P1 a chunk early (AHEAD: step 18), P1's A from shared memory (SMA: step 19), WG_E's threads
+// (NE: 256 in step 20), and the operands from 21's images, WG_E one warp issuing their bulk copies (PRE: 22).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
-          bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128>
+          bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
             const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
             const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
-            int T, int H, float scale, const TmaMap* const* maps) {
+            int T, int H, float scale, const TmaMap* const* maps,
+            const unsigned char* __restrict__ ops = nullptr) {   // PRE: 21's images [B, H, NC, image bytes]
     static_assert(!TMA || CL == 1, "the tensor-copy form runs without a cluster");
     static_assert(SLOT != 2 || TMA, "WG_C's tensor copies come with the tensor-copy form");
     static_assert(KDA_PROBE != 5 || NKD == 2, "probe 5 hands buffers over as NKD = 2 does");
     static_assert(KDA_PROBE != 4 || CL == 1, "probe 4 reuses the block's own tile");
     static_assert(!AHEAD || (NKD == 2 && SLOT == 2), "18's hand-overs are written for two buffers and tensor-copied slots");
-    using L = KdaWgLayout<K, V, C, BV, BF, 4, 1, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE>;   // 13's layout; FULL_T, EMPTY_T, WG_C's two slots
+    // 13's layout; mbarriers FULL_T, EMPTY_T, WG_C's two slots (PRE: no staging tile, and the operand buffers' two)
+    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : 4, PRE ? 0 : 1, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE>;
+    static_assert(!PRE || (KDA_PROBE == 0 || KDA_PROBE == 3), "22 has no element-wise warpgroup to probe");
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
     static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
@@ -124,12 +128,31 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         mbar_init(empty_t, CL);    // one arrival from each block of the cluster: it has read the tile
         mbar_init(full_t + 16, 1);   // WG_C's copy slots (BSLOT): the arrival that announces the bytes
         mbar_init(full_t + 24, 1);
+        if constexpr (PRE) {
+            mbar_init(full_t + 32, 1);   // the operand buffers (22): the arrival that announces the image's bytes
+            mbar_init(full_t + 40, 1);
+        }
         mbar_init_fence();
     }
     if constexpr (CL > 1) cluster_sync();   // every block's barriers exist before any copy or remote arrival
     else __syncthreads();
 
     if (warp >= 4) {
+      if constexpr (PRE) {
+        // ====================================================== 22: one warp lands 21's images, a chunk ahead
+        // Buffer n & 1 takes chunk n once WG_C is done with chunk n - 2 (its EMPTY arrival after P4); the copy
+        // completes on the buffer's mbarrier, which WG_C waits on (kda_wg_chain's full_wait). WG_C's reads of
+        // the buffer (wgmma, and its 2^G_L loads, whose values the decay has used) are complete by then.
+        const unsigned opbar = full_t + 32;
+        const unsigned char* const img = ops + cx.bh * NC * (long long)L::IMG_BYTES;
+        for (int n = 0; n < NC; ++n) {
+            if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);
+            if (lane == 0) {
+                mbar_arrive_expect_tx(opbar + 8 * (n & 1), L::IMG_BYTES);
+                bulk_copy(cx.base + cx.opb(n), img + n * (long long)L::IMG_BYTES, L::IMG_BYTES, opbar + 8 * (n & 1));
+            }
+        }
+      } else {
         // ====================================================== WG_E: element-wise operands, a chunk ahead
         constexpr int TPT = C / L::TPC / (KDA_PROBE == 6 ? 2 : 1);   // tokens per thread (probe 6: half of them,
                                                          // results meaningless: WG_E's chunk at half the length)
@@ -203,6 +226,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             }
             kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);
         }
+      }
     } else {
         // ====================================================== WG_C: the chain of products (13's)
         kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, SLOT == 2 ? maps[3] : nullptr, SLOT == 2 ? maps[4] : nullptr);

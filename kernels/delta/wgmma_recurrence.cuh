@@ -10,16 +10,20 @@
 
 #include "delta_io.cuh"
 #include "hopper.cuh"
+#include "ops_image.cuh"
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
-          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128>
+          int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128,
+          bool PRE_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
                        // NE_: WG_E's threads (256: two element-wise warpgroups, 20)
+                       // PRE_: the operands made by 21 (ops_image.cuh), landed by one bulk copy a chunk; WG_E
+                       // is one producer warp (NE_ = 32, 22)
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
-    static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19) or two (20)
+    static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19), two (20), a warp (22)
     static constexpr int NTH = 128 + NE;                // WG_C (chain), WG_E (element-wise)
     static constexpr int MT = K / 64;                   // m64 tiles of the state (rows = channels)
     static constexpr int LE = K + 8;                    // floats per Kbg / Qg row
@@ -32,8 +36,11 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(!SMA || (DIET_ && NKD_ == 2 && !AHEAD_), "19 is 15's / 17's loop with P1's A in shared memory");
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
+    static constexpr bool PRE = PRE_;                     // 22: the operand buffers are 21's images
+    static_assert(!PRE || (SMA && ONE && NKD_ == 2 && DENSE && NE_ == 32),
+                  "22: 19's one-term loop on tensor-copied slots, two operand buffers, one producer warp");
     static constexpr int TPC = NE / K;                  // WG_E threads per channel (1, 2; 20 at K = 64: 4)
-    static_assert((NE == 128 || NE == 256) && (TPC == 1 || TPC == 2 || (TPC == 4 && DIET_)),
+    static_assert(PRE || ((NE == 128 || NE == 256) && (TPC == 1 || TPC == 2 || (TPC == 4 && DIET_))),
                   "WG_E: one or two warpgroups; four threads a channel only with the running products of 15");
     static constexpr int ESZ = BF ? 2 : 4;              // bytes per input element
     // byte offsets from the 1024-aligned base
@@ -46,7 +53,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     // NKD = 3: two Kbg, Qg buffers (KQ), then three of Kd^T and 2^G_L (KD)
     static constexpr int NKD = NKD_;
     static_assert(NKD == 2 || NKD == 3, "Kd^T buffers: two (with Kbg, Qg) or three (a ring of their own)");
-    static constexpr int KD_BYTES = K * 128;
+    static constexpr int KD_BYTES = PRE ? KDA_OPS_KD_BYTES : K * 128;   // 22: hi only, K = 128's two m64 tiles folded
     // Kbg and Qg: fp32 rows [C][LE] each, or (SMA) [Kg; Qg]^T as the wgmma's MN-major A: K rows of 64 bf16
     // (P1's rows: Kg of 8 tokens, Qg of the same 8, and so on), 128-byte swizzle, a hi tile and (three-term
     // products) a lo tile
@@ -68,6 +75,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int OFF_STG = OFF_TOT + TOT_BYTES;
     static constexpr int OFF_MBAR = OFF_STG + NST * STG_BYTES;  // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
+    static constexpr int IMG_BYTES = KD_BYTES + KQ_BYTES + K * 4;   // 22: one chunk's image (ops_image.cuh)
+    static_assert(!PRE || (NMBAR >= 6 && NST == 0 && IMG_BYTES == kda_ops_image_bytes(K)),
+                  "22: no staging tile, the operand buffers' mbarriers after the slots', 21's image");
     static constexpr int SMEM_BYTES = BYTES + 1024;             // launch size: room to align the base
     static_assert(ST_BYTES % 1024 == 0 && (BV * 128) % 1024 == 0 && KD_BYTES % 1024 == 0 && SLOT_BYTES % 16 == 0,
                   "tiles must stay aligned");
@@ -513,7 +523,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             for (int term = L::ONE ? 2 : 0; term < 3; ++term)   // 17: the hi x hi term only
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {   // the m64 tiles' chains interleaved
-                    const unsigned a = kd_a + mt * 8192 + 32 * s + (term == 0 ? 64 : 0);
+                    const unsigned a = L::PRE ? kd_a + 64 * mt + 32 * s   // 22: tile 1 in the rows' second half
+                                              : kd_a + mt * 8192 + 32 * s + (term == 0 ? 64 : 0);
                     const unsigned bb = svp_a + 32 * s + (term == 1 ? 64 : 0);
                     wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);
                 }
@@ -583,7 +594,12 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             }
         }
     };
-    named_bar_sync(BAR_FULL + 0, L::NTH);
+    // chunk m's operand buffer is full: WG_E's hand-over (FULL), or (22) its image's bulk copy landed
+    auto full_wait = [&](int m) {
+        if constexpr (L::PRE) mbar_wait(base + L::OFF_MBAR + 32 + 8 * (m & 1), (m >> 1) & 1);
+        else named_bar_sync(BAR_FULL + (m & 1), L::NTH);
+    };
+    full_wait(0);
     if constexpr (!L::SMA) build(0);
     if constexpr (L::AHEAD) {
         // ====================== 18: chunk n + 1's P1 a chunk early (18_chunk_state_ahead.cu says why)
@@ -775,7 +791,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_commit();
         // while P4 runs: the next chunk's P1 operands (its buffer)
         if (n + 1 < NC) {
-            named_bar_sync(BAR_FULL + ((n + 1) & 1), L::NTH);   // 19: P1 reads the buffer itself (nothing built)
+            full_wait(n + 1);   // 19: P1 reads the buffer itself (nothing built)
             if constexpr (!L::SMA) build(n + 1);
             if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(BAR_EMPTY + ((n + 1) & 1), L::NTH);   // its Kbg / Qg buffer is free
         }

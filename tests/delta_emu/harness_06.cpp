@@ -14,7 +14,7 @@
 // 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too; tm_o, tm_ht:
 // 14's TMA form, three tensor copies a chunk; t2_o, t2_ht: and WG_C's copies as one bulk and one
 // tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), wd_o, wd_ht (07<A2> then 20), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht, sgb_o, sgb_ht (17: bf16 inputs only), ahb_o, ahb_ht (18: bf16 inputs only) tlb_o, tlb_ht (19) and wdb_o, wdb_ht (20) (07 then 10, 07 then 12,
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht, sgb_o, sgb_ht (17: bf16 inputs only), ahb_o, ahb_ht (18: bf16 inputs only) tlb_o, tlb_ht (19), wdb_o, wdb_ht (20) and prb_o, prb_ht (21 then 22) (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
@@ -34,6 +34,8 @@
 #include "delta/18_chunk_state_ahead.cu"
 #include "delta/19_chunk_state_tile.cu"
 #include "delta/20_chunk_state_wide.cu"
+#include "delta/21_chunk_prep_ops.cu"
+#include "delta/22_chunk_state_pre.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -515,5 +517,27 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/wdb_o", o6);
     write_f32(dir + "/wdb_ht", ht11);
+    // 21 -> 22 on bf16 inputs: 07<A2> that also stores each chunk's operand image (poisoned first, but for
+    // the Kd^T rows' unused half at K = 64, which no product reads), then 19's chain on those images
+    std::vector<unsigned> tab3(ta.size(), 0x7fc07fc0u);
+    std::vector<unsigned char> img((size_t)B * H * NC * kda_ops_image_bytes(K), (unsigned char)0xc0);
+    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LPB::NTH, (size_t)(LPB::WORDS * 4), [&] {
+        kda_chunk_prep_ops<K, C>(qb.data(), kb.data(), gb.data(), bb.data(), tab3.data(), img.data(), T, H, scale);
+    });
+    if (tab3 != tab2) { std::fprintf(stderr, "21's T / A2 words differ from 07<A2>'s\n"); return 1; }
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    {
+        using LPR = KdaWgLayout<K, V, C, BV, true, 6, 0, true, 2, true, true, false, true, 32, true>;
+        const TmaMap mv = vmap(vb.data(), 2);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LPR::NTH, (size_t)LPR::SMEM_BYTES, [&] {
+            kda_chunk_state_pre<K, V, C, BV>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab3.data(), img.data(),
+                                             has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
+                                             mv, tamap(tab3.data()));
+        });
+    }
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/prb_o", o6);
+    write_f32(dir + "/prb_ht", ht11);
     return 0;
 }

@@ -41,7 +41,8 @@ BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma",
                  ("07+13 two stages bf16 I/O", "wgmma2", ("07", "13")),
                  ("07+15 bf16 I/O", "diet", ("07", "15")), ("07+16 bf16 I/O", "wgrs", ("07", "16")),
                  ("07+17 bf16 I/O", "single", ("07", "17")), ("07+18 bf16 I/O", "ahead", ("07", "18")),
-                 ("07+19 bf16 I/O", "tile", ("07", "19")), ("07+20 bf16 I/O", "wide", ("07", "20")))
+                 ("07+19 bf16 I/O", "tile", ("07", "19")), ("07+20 bf16 I/O", "wide", ("07", "20")),
+                 ("21+22 bf16 I/O", "pre", ("21", "22")))
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -240,18 +241,18 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
             del p
         tb = bf16_inputs(d)
         if tb is not None:
-            prep_timed = False
+            prep_timed = set()
             for label, impl, steps in bf16_io_impls():
                 p = dk.prepare_tc(**tb, check_gate=False, impl=impl)
                 rows.append(_timed(p.run, budget_s, implementation=label, dtype="bf16", T=T,
                                    config=f"C=32 BV={p.bv}", stage="all"))
-                # each recurrence alone; 07 alone once, in the form 13-17 read (its A2 output)
+                # each recurrence alone; 07 alone once, in the form 13-20 read (its A2 output), and 21 alone
                 rows.append(_timed(lambda p=p: p.run(stages=(2,)), budget_s, implementation=label, dtype="bf16",
                                    T=T, config=f"C=32 BV={p.bv}", stage=steps[1]))
-                if impl in dk.PREP_A2_IMPLS and not prep_timed:
+                if (impl in dk.PREP_A2_IMPLS or impl in dk.PRE_IMPLS) and steps[0] not in prep_timed:
                     rows.append(_timed(lambda p=p: p.run(stages=(1,)), budget_s, implementation=label, dtype="bf16",
                                        T=T, config=f"C=32 BV={p.bv}", stage=steps[0]))
-                    prep_timed = True
+                    prep_timed.add(steps[0])
                 del p
             del tb
         p = dk.prepare_chunk(**d, check_gate=False)
@@ -465,7 +466,7 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("18 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "ahead", {"KDA_PROBE": 5}),
                 ("19", "tile", {}), ("19 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tile", {"KDA_PROBE": 5}),
                 ("19, WG_E at half its tokens a thread (KDA_PROBE=6)", "tile", {"KDA_PROBE": 6}),
-                ("20", "wide", {}))
+                ("20", "wide", {}), ("22 (bf16 I/O)", "pre", {}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -605,6 +606,13 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
             line += (f"; of what halving WG_E's tokens a thread took off 19 ({ms['19'] - ms[half]:.3f} ms, half of its "
                      f"work gone with them), 20 gains {got:.0%} with all of the work kept")
         lines.append(line + ".")
+    rec, alone = "17 (bf16 I/O)", "17 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)"
+    if {"22 (bf16 I/O)", rec, alone} <= set(ms.index):
+        t, gap = ms["22 (bf16 I/O)"], ms[rec] - ms[alone]
+        lines.append(f"- 22 (the operands from 21, no element-wise warpgroup): {t:.3f} ms against 17's {ms[rec]:.3f} ms "
+                     f"and 17's chain alone, WG_E idle, {ms[alone]:.3f} ms: "
+                     + (f"below that floor by {ms[alone] - t:.3f} ms." if t < ms[alone] else
+                        f"{(ms[rec] - t) / gap:.0%} of the gap between them closed." if gap > 0 else "no gap to close."))
     return lines
 
 

@@ -20,6 +20,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
   bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
   layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``12`` (``"regs"``),
+  or (``"pre"``, bf16 inputs only) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise
+  operands) → ``22`` (19's chain on them, no element-wise warpgroup; sm_90a),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -66,7 +68,7 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single", "ahead", "tile", "wide")
+              "wgrs", "single", "ahead", "tile", "wide", "pre")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
@@ -75,11 +77,15 @@ BF16_ONLY_WHY = {
                "inputs are held to", "impl='diet'"),
     "ahead": ("18, 17 with each chunk's P1 a chunk early", "it takes 17's one-term (bf16-accurate, ~1e-3) products, not "
               "the 1e-4 that fp32 inputs are held to", "impl='diet'"),
+    "pre": ("21 -> 22, the recurrence's element-wise operands made by the token-parallel kernel",
+            "21's operand images hold one bf16 term per operand (fp32 inputs' hi and lo words would double its "
+            "workspace, past issue 13's memory bound)", "impl='tile'"),
 }
 BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
 WIDE_THREADS = 384                # 20: the chain warpgroup and two element-wise warpgroups
+PRE_THREADS = 160                 # 22: the chain warpgroup and one warp that issues the operands' bulk copies
 
 
 # ----------------------------------------------------------------------------- registry
@@ -161,12 +167,20 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "19 with the element-wise work over 256 threads (384 a block): two threads a channel, 16 tokens "
                 "each, their running products joined through shared memory: WG_E's chunk, the longest stage of "
                 "19's, at half the length a thread"),
+    DeltaKernel("21", "delta/21_chunk_prep_ops.cu", "kda_chunk_prep_ops", "tc",
+                "pair products + inverse, and the recurrence's operands (bf16 inputs)", 80,
+                "07 (A2) that also stores each chunk's Kd^T, [Kg; Qg]^T and 2^G_L, bf16, as the byte image of the "
+                "recurrence's operand buffer: made once per chunk and head instead of once per value block"),
+    DeltaKernel("22", "delta/22_chunk_state_pre.cu", "kda_chunk_state_pre", "tc",
+                "recurrence on warpgroup MMAs, operands from 21, no element-wise warpgroup (sm_90a)", 90,
+                "19's one-term chain with each chunk's operands landed by one bulk copy of 21's image: one producer "
+                "warp in place of WG_E (160 threads), no staging tile: 96 KB of shared memory at BV = 32"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
  WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
- WIDE_SRC) = (
+ WIDE_SRC, PREP_OPS_SRC, PRE_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -585,6 +599,10 @@ def prep_blocks_per_sm(bf16: bool) -> int:
     return 4 if bf16 else 3
 
 
+#: 21's __launch_bounds__: three blocks per SM (07's body with the operand image spills at four)
+PREP_OPS_BLOCKS_PER_SM = 3
+
+
 def onchip_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     """Dynamic shared memory of ``kda_chunk_state_onchip`` (08) in words (mirrors ``KdaOnchipLayout``)."""
     LK, LC = K // 2 + 4, C // 2 + 4
@@ -669,6 +687,27 @@ def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
     part products ([256 / K parts][K] floats: two at K = 128, four at K = 64) in ``KdaWgLayout``'s TOT_BYTES,
     max(2K, 256) floats: at K = 64 1 KB, not 19's 512 bytes."""
     return tile_smem_words(K, V, BV, C, bf16) + max(2 * K, 256) - 2 * K
+
+
+def ops_image_bytes(K: int) -> int:
+    """One chunk's operand image from 21 (``kernels/delta/ops_image.cuh``): Kd^T (64 rows of 128 bytes),
+    [Kg; Qg]^T (K rows of 128 bytes) and 2^G_L (K fp32)."""
+    return 64 * 128 + K * 128 + K * 4
+
+
+def ops_workspace_shape(B: int, T: int, H: int, K: int, C: int = FUSED_CHUNK) -> tuple:
+    """21's second output, 22's input: per (b, h, chunk) the operand image, as 32-bit words."""
+    return (B, H, -(-T // C), ops_image_bytes(K) // 4)
+
+
+def pre_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = True) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_pre`` (22) in words (``KdaWgLayout`` with PRE): S^T hi and lo,
+    X^T and V'^T, two operand buffers of 21's image (rounded up to 1 KiB), two tensor-copied slots (T and A2
+    hi / lo words unpadded, v as bf16), WG_C's 2K floats of part sums (unused), no staging tile, six
+    mbarriers, and room to align the base."""
+    opb = -(-ops_image_bytes(K) // 1024) * 1024
+    slot = 4 * C * (C // 2) * 4 + C * BV * 2
+    return (2 * K * BV * 2 + 2 * BV * 128 + 2 * opb + 2 * slot + 2 * K * 4 + 6 * 8 + 1024) // 4
 
 
 WGRS_BV = 64   # 16: the chain's accumulator rows are a block's value columns (the wgmma's M)
@@ -768,15 +807,16 @@ class TcPlan:
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
             return self.output(), self.final_state
+        ops = (self.ws["OPS"],) if "OPS" in self.ws else ()   # 21 -> 22: the operand images after 07's words
         if 1 in stages:
             c = cfg["prep"]
             self.kernels["prep"](c["grid"], c["block"],
-                                 (a["q"], a["k"], a["g"], a["beta"], self.ws["TA"], np.int32(T), np.int32(H),
+                                 (a["q"], a["k"], a["g"], a["beta"], self.ws["TA"], *ops, np.int32(T), np.int32(H),
                                   self.scale), shared_mem=c["smem"])
         if 2 in stages:
             c = cfg["state"]
             self.kernels["state"](c["grid"], c["block"],
-                                  (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], h0, self.o, fs,
+                                  (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], *ops, h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale, *self.state_maps), shared_mem=c["smem"])
         return self.output(), self.final_state
 
@@ -810,6 +850,7 @@ STATE_IMPLS = {
               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "tile": (TILE_SRC, "kda_chunk_state_tile", WGMMA_THREADS, tile_smem_words),
     "wide": (WIDE_SRC, "kda_chunk_state_wide", WIDE_THREADS, wide_smem_words),
+    "pre": (PRE_SRC, "kda_chunk_state_pre", PRE_THREADS, pre_smem_words),   # bf16 inputs only
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -836,7 +877,11 @@ TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" wi
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
 WGRS_IMPLS = ("wgrs",)
-STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH, **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS}}
+#: 21 -> 22 ("pre"): 21 in place of 07 (its second output, the operand images, is 22's input); 22 takes the
+#: tensor maps of v and 21's T / A2 words as the TMA forms' slots do
+PRE_IMPLS = ("pre",)
+STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
+              **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
 PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *TMA_IMPLS, *WGRS_IMPLS)
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
 CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
@@ -873,7 +918,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18, 19 or 20), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18, 19 "
+                         f"or 20, or 21 -> 22), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
         what, why, instead = BF16_ONLY_WHY[impl]
@@ -888,7 +934,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
-        raise ValueError(f"impl={impl!r} (kernels 13-20, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+        raise ValueError(f"impl={impl!r} (kernels 13-22, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
@@ -917,26 +963,31 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         src, fn, _, words = STATE_IMPLS[impl]
         bf = io == "bf16"     # 07 and the BF16_IMPLS recurrences take it after (K, V, C, BV)
         prep_args = (K, C, bf, impl in PREP_A2_IMPLS)   # 07's A2 flag: Aqk T in place of Aqk (13)
-        kernels = {"prep": load_kernel(PREP_SRC, "kda_chunk_prep", prep_args),
+        prep = (load_kernel(PREP_OPS_SRC, "kda_chunk_prep_ops", (K, C, True)) if impl in PRE_IMPLS   # 21: 07<A2> + images
+                else load_kernel(PREP_SRC, "kda_chunk_prep", prep_args))
+        kernels = {"prep": prep,
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + state_extra_args(impl, V, bv),
                                         defines=defines, arch=STATE_ARCH.get(impl))}
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf)
         kernels["state"].max_dynamic_shared_size_bytes = state_smem_bytes(impl, K, V, bv, io)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
+        if impl in PRE_IMPLS:   # 21's operand images, 22's input
+            ws["OPS"] = cp.empty(ops_workspace_shape(B, T, H, K), dtype=cp.uint32)
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
     maps = ()
-    if impl in TMA_IMPLS or impl in WGRS_IMPLS:   # g, k, q as (K, H, T, B) tensors, boxes of one chunk of one head
-        from ..arrays import data_ptr
+    if impl in TMA_IMPLS or impl in WGRS_IMPLS or impl in PRE_IMPLS:   # g, k, q as (K, H, T, B) tensors, boxes of one chunk
+        from ..arrays import data_ptr                                          # of one head (22: none)
         from ..tma import tensor_map_rows
 
-        maps = tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C) for n in ("g", "k", "q"))
+        maps = () if impl in PRE_IMPLS else tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C)
+                                                  for n in ("g", "k", "q"))
         ta_rows = int(np.prod(ta_workspace_shape(B, T, H)[:4])) * C
         if ta_rows >= 2 ** 31:
             raise ValueError(f"impl={impl!r} addresses 07's output by 32-bit row coordinates: B * H * chunks * {4 * C} = "
                              f"{ta_rows} rows is too many; split the batch or pass impl='wgmma'")
-        if impl in TMA_IMPLS:
+        if impl in TMA_IMPLS or impl in PRE_IMPLS:
             # WG_C's slot ("tma2"): v in value blocks, a box row's swizzle; 07's T / A2 words as rows of C/2
             # words, a chunk's 4C rows a box, the 64-byte swizzle (kernels/delta/wgmma_recurrence.cuh)
             esz = 2 if io == "bf16" else 4
@@ -965,6 +1016,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function == "kda_chunk_fused":
         return 4 * fused_smem_words(args[0], args[1], args[3])
     if function == "kda_chunk_prep":   # (K, C, BF, A2)
+        return 4 * prep_smem_words(args[0], bf16=bool(args[2]))
+    if function == "kda_chunk_prep_ops":   # (K, C, BF): 07's layout
         return 4 * prep_smem_words(args[0], bf16=bool(args[2]))
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
         return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
@@ -997,6 +1050,8 @@ def tc_threads(function: str, args: tuple) -> int:
         return FUSED_THREADS
     if function == "kda_chunk_prep":   # (K, C, BF, A2)
         return prep_blocks_per_sm(bool(args[2])) * FUSED_THREADS
+    if function == "kda_chunk_prep_ops":   # (K, C, BF): 21 is built for three blocks per SM
+        return PREP_OPS_BLOCKS_PER_SM * FUSED_THREADS
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return regs_threads(args[3], args[5] if len(args) > 5 else 1)
     for _, fn, threads, _ in STATE_IMPLS.values():
@@ -1056,6 +1111,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
         for bf in (False, True):   # 16: 64 value columns a block, whatever the other steps' widths
             out.append((WGRS_SRC, "kda_chunk_state_wgrs", (K, V, FUSED_CHUNK, WGRS_BV, bf)))
+        out.append((PREP_OPS_SRC, "kda_chunk_prep_ops", (K, FUSED_CHUNK, True)))   # 21 and 22: bf16 inputs only
+        out += [(PRE_SRC, "kda_chunk_state_pre", (K, V, FUSED_CHUNK, bv, True)) for bv in bvs]
     return out
 
 
@@ -1064,6 +1121,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                     "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
-                    "kda_chunk_state_wide"):
+                    "kda_chunk_state_wide", "kda_chunk_state_pre"):
         return WGMMA_ARCH
     return arch

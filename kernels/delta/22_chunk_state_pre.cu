@@ -1,0 +1,41 @@
+// 22 — chunked KDA for bf16 inputs: 19's chain (17's one-term products) with the element-wise operands
+// made by the token-parallel kernel (21) and landed by one bulk copy a chunk; no element-wise warpgroup.
+//
+// What changed from 19 and 20, and why. In 13-20 the recurrence's element-wise warpgroup (WG_E) made each
+// chunk's Kg, Qg, Kd^T and 2^G_L from the chunk's g, k, q beside the chain warpgroup (WG_C), once per value
+// block. Notebook 13's probes found that work, not the chain's own instructions, between the chain alone
+// (KDA_PROBE=5) and the recurrence, and found that spreading it over more threads (20) does not remove it.
+// Here 21 makes the operands once per chunk and head, in the byte image of this kernel's operand buffer
+// (ops_image.cuh). The block is WG_C and one producer warp (160 threads): for chunk n the warp waits for
+// WG_C to be done with chunk n - 2's buffer (EMPTY, after P4), then lane 0 issues one bulk copy of the
+// chunk's 24.5 KB image (K = 128) into buffer n & 1, completing on the buffer's mbarrier; WG_C waits on that
+// mbarrier where it waited for WG_E's hand-over (FULL). WG_C's chain is 19's (17's products, P1's A the
+// [Kg; Qg]^T tile in the buffer, P4's A Kd^T), but for P4's A address: the image keeps only Kd^T's hi
+// words, so at K = 128 its second m64 tile sits in the half of each 128-byte row that held 19's lo words.
+// No staging tile and no WG_E arithmetic: 96 KB of shared memory at BV = 32, 82 KB at 16, so two blocks fit
+// an SM (its __launch_bounds__).
+// The products are 19's on bf16 inputs; Kg, Qg and Kd are 13's arithmetic (running sums, 21), so the
+// results are held, like 17's and 20's, to the float64 model of those roundings.
+// What the probes found (scripts/probe_delta_pre.py, not recorded; notebook 13 records 22 beside 17's chain
+// alone): with WG_E gone, 22 runs faster than 17's chain alone (the KDA_PROBE=5 floor, whose WG_E still
+// staged its inputs and handed buffers over); at BV = 16 (256 blocks, two per SM) it runs a little slower
+// than at 32 (128 blocks, one per SM), so two chains on one SM do not hide each other's latency, and the
+// launcher keeps the default width.
+//
+// Launch: grid (V / BV, H, B), 160 threads, shared memory kernels.pre_smem_words; the tensor maps of v
+// and 07's output as 19 takes them (the maps of g, k, q are not read), and 21's images. Requires sm_90a.
+#include "14_chunk_state_multicast.cu"
+
+template <int K, int V, int C, int BV, bool BF = true>
+__global__ void __launch_bounds__(160, 2)
+kda_chunk_state_pre(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
+                    const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
+                    const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
+                    const unsigned char* __restrict__ OPS,   // [B, H, NC, kda_ops_image_bytes(K)] from 21
+                    const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
+                    int T, int H, float scale, const __grid_constant__ TmaMap tv, const __grid_constant__ TmaMap tta) {
+    static_assert(BF, "21's images hold one bf16 term per operand: bf16 inputs only");
+    const TmaMap* maps[5] = {nullptr, nullptr, nullptr, &tv, &tta};
+    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, true, false, true, 32, true>(q, k, v, g, beta, TA, h0, o, ht, T, H,
+                                                                                 scale, maps, OPS);
+}

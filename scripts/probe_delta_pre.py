@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""GPU probe of 21 -> 22 (``impl="pre"``, bf16 inputs) before notebook 13 records it.
+
+    PYTHONPATH=lib python scripts/probe_delta_pre.py [--T 4096 16384] [--bv 16 32] [--out DIR] [--no-fla]
+
+At B=2, H=16, K=V=128 with bf16 inputs: 21 -> 22 at each value-block width (the whole call, 21 alone, 22
+alone), 07 -> 20 and fla's chunk_kda (bf16) beside them in this one run, and 22's o and final state
+against 07 -> 20's (the same products on operands rounded alike: bf16-level differences at most; the
+float64 checks are tests/test_delta_kernels.py's GPU tests). Writes probe_pre.csv to --out (default
+$OUT or /tmp). Not a recorded run: notebook 13 records what the lab quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnlab.arrays import rel_error
+from attnlab.delta import fast
+from attnlab.delta import kernels as dk
+from attnlab.delta.bench import _timed, device_inputs, fla_functions
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
+    ap.add_argument("--bv", type=int, nargs="+", default=[16, 32])
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--budget", type=float, default=0.3)
+    a = ap.parse_args()
+    import torch
+
+    B, H, K, V = 2, 16, 128, 128
+    rows = []
+    chunk_kda, _, _ = fla_functions()
+    for T in a.T:
+        _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
+        tb = fast.bf16_inputs(d)
+        h0 = d["initial_state"]
+        ref = dk.prepare_tc(**tb, initial_state=h0, output_final_state=True, impl="wide")
+        o20, s20 = ref.run()
+        o20, s20 = o20.float().cpu().numpy(), s20.get()
+        rows.append(_timed(ref.run, a.budget, implementation="07+20", T=T, bv=ref.bv, stage="all"))
+        rows.append(_timed(lambda: ref.run(stages=(2,)), a.budget, implementation="07+20", T=T, bv=ref.bv, stage="20"))
+        del ref
+        for bv in a.bv:
+            p = dk.prepare_tc(**tb, initial_state=h0, output_final_state=True, impl="pre", bv=bv)
+            p.poison()
+            o, s = p.run()
+            o, s = o.float().cpu().numpy(), s.get()
+            err = dict(rel_o_vs_20=rel_error(o, o20), rel_state_vs_20=rel_error(s, s20), finite=bool(np.isfinite(o).all()))
+            print(f"T={T} bv={bv}: {err}", flush=True)
+            for st, label in (((1, 2), "all"), ((1,), "21"), ((2,), "22")):
+                rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation="21+22", T=T, bv=bv,
+                                   stage=label, **err))
+            del p
+        if chunk_kda is not None and not a.no_fla:
+            t = {n: tb[n] for n in ("q", "k", "v", "g", "beta")}
+
+            def call(t=t):
+                with torch.no_grad():
+                    return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+            call()
+            torch.cuda.synchronize()
+            rows.append(_timed(call, a.budget, implementation="fla chunk_kda bf16", T=T, bv=0, stage="all"))
+        del tb, d
+    df = pd.DataFrame(rows)
+    cols = [c for c in ("implementation", "T", "bv", "stage", "median_ms", "rel_iqr", "rel_o_vs_20", "rel_state_vs_20")
+            if c in df]
+    print(df[cols].to_string())
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    df.to_csv(Path(a.out) / "probe_pre.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()
