@@ -3,8 +3,8 @@
 
     PYTHONPATH=lib python scripts/probe_delta_pre.py [--T 4096 16384] [--bv 16 32] [--out DIR] [--no-fla]
 
-At B=2, H=16, K=V=128 with bf16 inputs: 21 -> 22 at each value-block width (the whole call, 21 alone, 22
-alone), 07 -> 20 and fla's chunk_kda (bf16) beside them in this one run, and 22's o and final state
+At B=2, H=16, K=V=128 with bf16 inputs: 21 -> 22 at each value-block width (the whole call, side by side
+where the launcher runs them so and one after the other, 21 alone, 22 alone), 07 -> 20 and fla's chunk_kda (bf16) beside them in this one run, and 22's o and final state
 against 07 -> 20's (the same products on operands rounded alike: bf16-level differences at most; the
 float64 checks are tests/test_delta_kernels.py's GPU tests). Writes probe_pre.csv to --out (default
 $OUT or /tmp). Not a recorded run: notebook 13 records what the lab quotes.
@@ -57,7 +57,10 @@ def main() -> None:
             print(f"T={T} bv={bv}: {err}", flush=True)
             for st, label in (((1, 2), "all"), ((1,), "21"), ((2,), "22")):
                 rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation="21+22", T=T, bv=bv,
-                                   stage=label, **err))
+                                   stage=label, overlap=p.overlap, **err))
+            if p.overlap:   # and one after the other, on one stream
+                p.overlap = False
+                rows.append(_timed(p.run, a.budget, implementation="21+22 one after the other", T=T, bv=bv, stage="all"))
             del p
         if chunk_kda is not None and not a.no_fla:
             t = {n: tb[n] for n in ("q", "k", "v", "g", "beta")}

@@ -186,7 +186,7 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
 
 
 def test_cluster_kernels_in_eager_order(harness, tmp_path):
-    """11 and 14 (a head's value blocks as one cluster), and 18, with every fiber run as far as it can before the
+    """11 and 14 (a head's value blocks as one cluster), 18 and 22, with every fiber run as far as it can before the
     next starts (EMU_FIBER_ORDER=eager): block 0 then reaches each hand-over long before block 1, so a
     copy or a store into another block's shared memory that does not wait for that block to be done
     with it lands on a tile still being read (round-robin order moves the blocks in step and hides it)."""
@@ -215,6 +215,12 @@ def test_cluster_kernels_in_eager_order(harness, tmp_path):
     o17, o18 = read("sgb_o", (B, T, H, V)), read("ahb_o", (B, T, H, V))
     assert rel(s18, ref_sb) < 1.25 * rel(s17, ref_sb) + 1e-5, "18 in eager order: final state"
     assert rel(o18, ref_or) < 1.25 * rel(o17, ref_or) + 1e-4, "18 in eager order: o"
+    # 22's producer warp (21's images, T / A2 and v two chunks ahead): a buffer or slot refilled before the
+    # chain is done with it would show here; held to the rounding model of 17's one-term products
+    mo, ms = chunk_rounding_model(xb["q"], xb["k"], xb["v"], xb["g"], xb["beta"], K ** -0.5, x["initial_state"],
+                                  one_term=("P1", "P4"), round_output=True)
+    o22, s22 = read("prb_o", (B, T, H, V)), read("prb_ht", (B, H, K, V))
+    assert rel(o22, mo) < SINGLE_TOL and rel(s22, ms) < SINGLE_TOL, "22 in eager order"
 
 
 

@@ -68,7 +68,8 @@ template <int K, int C, bool BF, bool A2, bool OPS>
 static __device__ __forceinline__ void
 kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
-              unsigned* __restrict__ TA, unsigned char* __restrict__ ops, int T, int H, float scale) {
+              unsigned* __restrict__ TA, unsigned char* __restrict__ ops, int* __restrict__ ready, int epoch, int T,
+              int H, float scale) {
     using L = KdaPrepLayout<K, C, BF>;   // bf16 path: four blocks per SM, the late arrays in the operands' space
     static_assert(C == 32, "the inverse works on two 16 x 16 blocks: chunks of 32");
     static_assert(K == 64 || K == 128, "K in {64, 128}");
@@ -99,7 +100,9 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
     const int g8 = lane / 4, t4 = lane % 4;
-    const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    // 21 (OPS): grid (B H, NC), every head's chunk n dispatched before any head's chunk n + 1, the order in
+    // which 22 reads them when the two run side by side
+    const int n = OPS ? blockIdx.y : blockIdx.x, h = OPS ? blockIdx.x % H : blockIdx.y, b = OPS ? blockIdx.x / H : blockIdx.z;
     const long long TT = T;
     const int NC = (T + C - 1) / C;
     const long long t0 = (long long)n * C;
@@ -359,6 +362,13 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         const unsigned* src = TH + arr * C * LC + r * LC + 4 * qd;
         *reinterpret_cast<U4*>(out + (arr * C + r) * (C / 2) + 4 * qd) = *reinterpret_cast<const U4*>(src);
     }
+    if constexpr (OPS) {   // 21 beside 22 (epoch > 0): the chunk is published (ops_image.cuh)
+        if (epoch > 0) {
+            __threadfence();
+            __syncthreads();
+            if (tid == 0) kda_flag_release(ready + ((long long)b * H + h) * NC + n, epoch);
+        }
+    }
 }
 
 template <int K, int C, bool BF = false,   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
@@ -368,5 +378,5 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
                const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
                unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]
                int T, int H, float scale) {
-    kda_prep_body<K, C, BF, A2, false>(q, k, g, beta, TA, nullptr, T, H, scale);
+    kda_prep_body<K, C, BF, A2, false>(q, k, g, beta, TA, nullptr, nullptr, 0, T, H, scale);
 }

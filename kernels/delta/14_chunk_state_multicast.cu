@@ -102,7 +102,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
             const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
             int T, int H, float scale, const TmaMap* const* maps,
-            const unsigned char* __restrict__ ops = nullptr) {   // PRE: 21's images [B, H, NC, image bytes]
+            const unsigned char* __restrict__ ops = nullptr,   // PRE: 21's images [B, H, NC, image bytes],
+            const int* __restrict__ ready = nullptr, int epoch = 0) {   // its ready flags, the call's epoch (0: none)
     static_assert(!TMA || CL == 1, "the tensor-copy form runs without a cluster");
     static_assert(SLOT != 2 || TMA, "WG_C's tensor copies come with the tensor-copy form");
     static_assert(KDA_PROBE != 5 || NKD == 2, "probe 5 hands buffers over as NKD = 2 does");
@@ -139,17 +140,21 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
 
     if (warp >= 4) {
       if constexpr (PRE) {
-        // ====================================================== 22: one warp lands 21's images, a chunk ahead
-        // Buffer n & 1 takes chunk n once WG_C is done with chunk n - 2 (its EMPTY arrival after P4); the copy
-        // completes on the buffer's mbarrier, which WG_C waits on (kda_wg_chain's full_wait). WG_C's reads of
+        // ====================================================== 22: one warp lands 21's output, two chunks ahead
+        // Buffer and slot n & 1 take chunk n once WG_C is done with chunk n - 2 (its EMPTY arrival after P4, when
+        // its slot reads are long done): the image by one bulk copy on the buffer's mbarrier, which WG_C waits on
+        // (kda_wg_chain's full_wait), T / A2 and v by the slot's tensor copies (kda_slot_tma). WG_C's reads of
         // the buffer (wgmma, and its 2^G_L loads, whose values the decay has used) are complete by then.
+        // Beside 21 (epoch > 0) it first waits for the chunk's ready flag: off the chain's path.
         const unsigned opbar = full_t + 32;
         const unsigned char* const img = ops + cx.bh * NC * (long long)L::IMG_BYTES;
         for (int n = 0; n < NC; ++n) {
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);
             if (lane == 0) {
+                if (epoch > 0) kda_wait_ready(ready + cx.bh * NC + n, epoch);   // 21 has written chunk n
                 mbar_arrive_expect_tx(opbar + 8 * (n & 1), L::IMG_BYTES);
                 bulk_copy(cx.base + cx.opb(n), img + n * (long long)L::IMG_BYTES, L::IMG_BYTES, opbar + 8 * (n & 1));
+                kda_slot_tma<L>(cx, n, maps[3], maps[4]);
             }
         }
       } else {

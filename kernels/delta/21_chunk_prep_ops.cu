@@ -25,12 +25,17 @@
 // (kda_ops_image), about 1.5 times. What is left: the image's stores (L2 write requests about twelve times
 // 07's), its arithmetic (a fifth more instructions) and occupancy (77 registers a thread: three blocks per
 // SM where 07 runs four; at four this body spills), with barrier stalls, as in 07, the first stall reason.
-// Running 21 and 22 side by side (a second stream, per-chunk ready flags with release / acquire and a
-// proxy fence before 22's copies) was slower than one after the other, and the flag checks alone slowed 22
-// by a quarter: kept out.
+// 21 and 22 run side by side (kernels.TcPlan.run, where 22's grid is at most a block per SM): 22 on a
+// stream of higher priority, launched first, so that its blocks hold their SMs (two of 21's blocks fit beside
+// each); 21's grid is (B H, NC), every head's chunk n dispatched before chunk n + 1, and each block, once its
+// stores are fenced, sets the chunk's ready flag to the call's epoch (ops_image.cuh), which 22's producer
+// warp waits for before it copies the chunk. A first form waited in the chain warpgroup (the flag's acquire
+// and the proxy fence on the chain's path each chunk) and ran slower than one kernel after the other; with
+// the wait in the producer warp, two chunks ahead, the probe had side by side a little faster.
 //
-// Launch: 07's (grid (NC, H, B), 256 threads, kernels.prep_smem_words), with the image workspace
-// [B, H, NC, kda_ops_image_bytes(K)] after 07's.
+// Launch: grid (B H, NC) (NC <= 65535), 256 threads, kernels.prep_smem_words; the image workspace
+// [B, H, NC, kda_ops_image_bytes(K)] after 07's, the ready flags [B, H, NC] (int, zeroed once) and the epoch
+// (0: one kernel after the other, no flags).
 #include "07_chunk_prep_tc.cu"
 
 template <int K, int C, bool BF = true>
@@ -39,7 +44,8 @@ kda_chunk_prep_ops(const typename KdaIn<BF>::T* __restrict__ q, const typename K
                    const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
                    unsigned* __restrict__ TA,             // [B, H, NC, 4, C, C/2]: T, A2 = Aqk T
                    unsigned char* __restrict__ OPS,       // [B, H, NC, kda_ops_image_bytes(K)]
+                   int* __restrict__ ready, int epoch,     // [B, H, NC]: set to epoch once written (epoch > 0)
                    int T, int H, float scale) {
     static_assert(BF, "the operand image is one bf16 term per operand: bf16 inputs only");
-    kda_prep_body<K, C, BF, true, true>(q, k, g, beta, TA, OPS, T, H, scale);
+    kda_prep_body<K, C, BF, true, true>(q, k, g, beta, TA, OPS, ready, epoch, T, H, scale);
 }

@@ -7,9 +7,11 @@
 // (KDA_PROBE=5) and the recurrence, and found that spreading it over more threads (20) does not remove it.
 // Here 21 makes the operands once per chunk and head, in the byte image of this kernel's operand buffer
 // (ops_image.cuh). The block is WG_C and one producer warp (160 threads): for chunk n the warp waits for
-// WG_C to be done with chunk n - 2's buffer (EMPTY, after P4), then lane 0 issues one bulk copy of the
-// chunk's 24.5 KB image (K = 128) into buffer n & 1, completing on the buffer's mbarrier; WG_C waits on that
-// mbarrier where it waited for WG_E's hand-over (FULL). WG_C's chain is 19's (17's products, P1's A the
+// WG_C to be done with chunk n - 2 (EMPTY, after P4), then lane 0 issues one bulk copy of the chunk's
+// 24.5 KB image (K = 128) into buffer n & 1, completing on the buffer's mbarrier, and the tensor copies of
+// its T / A2 words and v into slot n & 1 (which WG_C's thread 0 issued in 19, a chunk ahead, on the
+// chain's path); WG_C waits on the buffer's mbarrier where it waited for WG_E's hand-over (FULL). Beside 21
+// (21_chunk_prep_ops.cu says how they share the GPU) the warp first waits for the chunk's ready flag. WG_C's chain is 19's (17's products, P1's A the
 // [Kg; Qg]^T tile in the buffer, P4's A Kd^T), but for P4's A address: the image keeps only Kd^T's hi
 // words, so at K = 128 its second m64 tile sits in the half of each 128-byte row that held 19's lo words.
 // No staging tile and no WG_E arithmetic: 96 KB of shared memory at BV = 32, 82 KB at 16, so two blocks fit
@@ -23,7 +25,8 @@
 // launcher keeps the default width.
 //
 // Launch: grid (V / BV, H, B), 160 threads, shared memory kernels.pre_smem_words; the tensor maps of v
-// and 07's output as 19 takes them (the maps of g, k, q are not read), and 21's images. Requires sm_90a.
+// and 07's output as 19 takes them (the maps of g, k, q are not read), 21's images, its ready flags and the
+// call's epoch (0: 21 has finished, no flags). Requires sm_90a.
 #include "14_chunk_state_multicast.cu"
 
 template <int K, int V, int C, int BV, bool BF = true>
@@ -32,10 +35,11 @@ kda_chunk_state_pre(const typename KdaIn<BF>::T* __restrict__ q, const typename 
                     const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
                     const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
                     const unsigned char* __restrict__ OPS,   // [B, H, NC, kda_ops_image_bytes(K)] from 21
+                    const int* __restrict__ ready, int epoch,   // 21's ready flags [B, H, NC], the call's epoch (0: none)
                     const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
                     int T, int H, float scale, const __grid_constant__ TmaMap tv, const __grid_constant__ TmaMap tta) {
     static_assert(BF, "21's images hold one bf16 term per operand: bf16 inputs only");
     const TmaMap* maps[5] = {nullptr, nullptr, nullptr, &tv, &tta};
     kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, true, false, true, 32, true>(q, k, v, g, beta, TA, h0, o, ht, T, H,
-                                                                                 scale, maps, OPS);
+                                                                                 scale, maps, OPS, ready, epoch);
 }

@@ -14,6 +14,31 @@
 
 static constexpr int KDA_OPS_KD_BYTES = 64 * 128;
 
+// 21 and 22 side by side (kernels.TcPlan.run, epoch > 0): 21 publishes each (b, h, chunk) it has written by
+// storing the call's epoch into the chunk's ready flag (release at GPU scope, after every thread's stores and
+// a fence); 22's producer warp waits for the flag (acquire) before it copies the chunk, and orders those
+// async-proxy copies behind what the acquire made visible with a proxy fence. Epoch 0: one after the
+// other, no flags.
+#ifndef KDA_HOST_EMULATION
+static __device__ __forceinline__ void kda_flag_release(int* flag, int value) {
+    asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(flag), "r"(value) : "memory");
+}
+static __device__ __forceinline__ void kda_wait_ready(const int* flag, int value) {
+    int v;
+    while (true) {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+        if (v == value) break;
+        __nanosleep(64);
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+#else   // the CPU model runs 21 to its end before 22 starts: a flag not yet set is a bug
+static inline void kda_flag_release(int* flag, int value) { *flag = value; }
+static inline void kda_wait_ready(const int* flag, int value) {
+    if (*flag != value) { std::fprintf(stderr, "22 read a chunk that 21 has not published\n"); std::abort(); }
+}
+#endif
+
 static __host__ __device__ constexpr int kda_ops_image_bytes(int K) { return KDA_OPS_KD_BYTES + K * 128 + K * 4; }
 
 // Byte offset of (row, 16-byte chunk) in a K-major tile of 128-byte rows with the 128-byte swizzle.

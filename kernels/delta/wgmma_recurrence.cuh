@@ -320,6 +320,16 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 KDA_STAMP(3);
 }
 
+// Chunk n's T / A2 words and v columns into copy slot n & 1 by two tensor copies (SLOT 2, below), completing
+// on the slot's mbarrier: issued by WG_C's thread 0 (14-20) or by 22's producer warp.
+template <class L>
+static __device__ __forceinline__ void kda_slot_tma(const KdaWgCtx<L>& cx, int n, const TmaMap* tv, const TmaMap* tta) {
+    const unsigned slot = cx.base + L::OFF_SLOT + (n & 1) * L::SLOT_BYTES, bar = cx.base + L::OFF_MBAR + 16 + 8 * (n & 1);
+    mbar_arrive_expect_tx(bar, L::TA_BYTES + L::C * L::BV * L::ESZ);
+    tma_load_4d(slot, tta, 0, 0, (int)((cx.bh * cx.NC + n) * 4 * L::C), 0, bar);
+    tma_load_4d(slot + L::TA_BYTES, tv, cx.v0, cx.h, n * L::C, cx.b, bar);
+}
+
 // WG_C, the whole pass: the chain of products over every chunk, then the final state. Its T / A2
 // rows and v rows of chunk n + 1 arrive during chunk n as (SLOT) 0: 16-byte cp.async pieces issued by
 // all 128 threads (13); 1: bulk copies, one per row, issued by its first warp (14's "bulk2"); 2: one
@@ -422,13 +432,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     auto copy_slot = [&](int n) {
         unsigned* dta = reinterpret_cast<unsigned*>(slot(n));
         const unsigned* src = ta_head + (long long)n * (4 * C * (C / 2));
-        if constexpr (SLOT == 2) {   // thread 0: the chunk's T / A2 rows and its v box, swizzled
-            if (tid != 0) return;
-            (void)src;
-            const unsigned bar = slot_bar + 8 * (n & 1);
-            mbar_arrive_expect_tx(bar, L::TA_BYTES + C * BV * sizeof(TIn));
-            tma_load_4d(smem_u32(dta), tta, 0, 0, (int)((bh * NC + n) * 4 * C), 0, bar);
-            tma_load_4d(smem_u32(slot(n) + L::TA_BYTES), tv, v0, h, n * C, b, bar);
+        if constexpr (SLOT == 2) {   // thread 0: the chunk's T / A2 rows and its v box, swizzled (22: its producer warp)
+            (void)src; (void)dta;
+            if (tid == 0 && !L::PRE) kda_slot_tma<L>(cx, n, tv, tta);
             return;
         }
         if constexpr (BSLOT) {   // warp 0: 4C rows of C/2 words (T, A2 hi/lo) and C rows of v; rows past T repeat row T - 1

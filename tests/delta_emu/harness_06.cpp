@@ -521,9 +521,13 @@ int main(int argc, char** argv) {
     // the Kd^T rows' unused half at K = 64, which no product reads), then 19's chain on those images
     std::vector<unsigned> tab3(ta.size(), 0x7fc07fc0u);
     std::vector<unsigned char> img((size_t)B * H * NC * kda_ops_image_bytes(K), (unsigned char)0xc0);
-    emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LPB::NTH, (size_t)(LPB::WORDS * 4), [&] {
-        kda_chunk_prep_ops<K, C>(qb.data(), kb.data(), gb.data(), bb.data(), tab3.data(), img.data(), T, H, scale);
+    std::vector<int> ready((size_t)B * H * NC, 0);   // 21's ready flags: this call's epoch is 7
+    emu_launch3(dim3{(unsigned)(B * H), (unsigned)NC, 1u}, LPB::NTH, (size_t)(LPB::WORDS * 4), [&] {
+        kda_chunk_prep_ops<K, C>(qb.data(), kb.data(), gb.data(), bb.data(), tab3.data(), img.data(), ready.data(), 7,
+                                 T, H, scale);
     });
+    for (int f : ready)
+        if (f != 7) { std::fprintf(stderr, "21 left a chunk unpublished\n"); return 1; }
     if (tab3 != tab2) { std::fprintf(stderr, "21's T / A2 words differ from 07<A2>'s\n"); return 1; }
     std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
     std::fill(ht11.begin(), ht11.end(), nan);
@@ -532,8 +536,8 @@ int main(int argc, char** argv) {
         const TmaMap mv = vmap(vb.data(), 2);
         emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LPR::NTH, (size_t)LPR::SMEM_BYTES, [&] {
             kda_chunk_state_pre<K, V, C, BV>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab3.data(), img.data(),
-                                             has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
-                                             mv, tamap(tab3.data()));
+                                             ready.data(), 7, has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T,
+                                             H, scale, mv, tamap(tab3.data()));
         });
     }
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);

@@ -174,7 +174,8 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
     DeltaKernel("22", "delta/22_chunk_state_pre.cu", "kda_chunk_state_pre", "tc",
                 "recurrence on warpgroup MMAs, operands from 21, no element-wise warpgroup (sm_90a)", 90,
                 "19's one-term chain with each chunk's operands landed by one bulk copy of 21's image: one producer "
-                "warp in place of WG_E (160 threads), no staging tile: 96 KB of shared memory at BV = 32"),
+                "warp in place of WG_E (160 threads), no staging tile; 21 and 22 run side by side, 22 waiting for "
+                "each chunk's ready flag in its producer warp"),
 )
 
 
@@ -762,6 +763,12 @@ class TcPlan:
     chunk_size: int = FUSED_CHUNK
     io: str = "fp32"          # "bf16": o holds bf16 bit patterns (int16); run() returns a torch view
     state_maps: tuple = ()    # the recurrence's trailing tensor-map arguments (14's TMA form: g, k, q)
+    # 21 -> 22: run side by side (22 on a second stream of higher priority, launched first, each chunk waited for
+    # on 21's ready flag; prepare_tc sets it where 22's grid is at most one block per SM, so that 21's blocks
+    # always fit beside 22's); epoch: the value 21 stores in the flags of the chunks it has written this call
+    overlap: bool = False
+    epoch: int = 0
+    side_stream: Any = field(repr=False, default=None)
 
     @property
     def state_kernel(self) -> str:
@@ -785,7 +792,7 @@ class TcPlan:
         threads = threads(self.bv) if callable(threads) else threads
         state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1),
                      smem=state_smem_bytes(self.impl, K, V, self.bv, self.io))
-        return {"prep": dict(grid=(NC, H, B), block=(FUSED_THREADS, 1, 1),
+        return {"prep": dict(grid=(B * H, NC, 1) if self.impl in PRE_IMPLS else (NC, H, B), block=(FUSED_THREADS, 1, 1),
                              smem=4 * prep_smem_words(K, bf16=self.io == "bf16")),
                 "state": state}
 
@@ -807,17 +814,41 @@ class TcPlan:
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
             return self.output(), self.final_state
-        ops = (self.ws["OPS"],) if "OPS" in self.ws else ()   # 21 -> 22: the operand images after 07's words
-        if 1 in stages:
+        side = "OPS" in self.ws and self.overlap and tuple(stages) == (1, 2)
+        ops = ()
+        if "OPS" in self.ws:   # 21 -> 22: the operand images after 07's words, the ready flags, the epoch (0: no flags)
+            if side:
+                self.epoch = self.epoch % (2**31 - 1) + 1
+            ops = (self.ws["OPS"], self.ws["READY"], np.int32(self.epoch if side else 0))
+
+        def prep():
             c = cfg["prep"]
             self.kernels["prep"](c["grid"], c["block"],
                                  (a["q"], a["k"], a["g"], a["beta"], self.ws["TA"], *ops, np.int32(T), np.int32(H),
                                   self.scale), shared_mem=c["smem"])
-        if 2 in stages:
+
+        def state():
             c = cfg["state"]
             self.kernels["state"](c["grid"], c["block"],
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], *ops, h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale, *self.state_maps), shared_mem=c["smem"])
+
+        if side:   # 22 first, on the higher-priority stream, so that its blocks hold their SMs before 21's fill them
+            import cupy as cp
+
+            main = cp.cuda.get_current_stream()
+            if self.side_stream is None:   # CUDA clamps a priority past the device's range to its highest
+                self.side_stream = cp.cuda.Stream(non_blocking=True, priority=-(2**20))
+            self.side_stream.wait_event(main.record())
+            with self.side_stream:
+                state()
+            prep()
+            main.wait_event(self.side_stream.record())
+            return self.output(), self.final_state
+        if 1 in stages:
+            prep()
+        if 2 in stages:
+            state()
         return self.output(), self.final_state
 
     def workspace_bytes(self) -> int:
@@ -880,6 +911,7 @@ WGRS_IMPLS = ("wgrs",)
 #: 21 -> 22 ("pre"): 21 in place of 07 (its second output, the operand images, is 22's input); 22 takes the
 #: tensor maps of v and 21's T / A2 words as the TMA forms' slots do
 PRE_IMPLS = ("pre",)
+MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC): the y axis
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
               **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
 PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *TMA_IMPLS, *WGRS_IMPLS)
@@ -972,8 +1004,13 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf)
         kernels["state"].max_dynamic_shared_size_bytes = state_smem_bytes(impl, K, V, bv, io)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
-        if impl in PRE_IMPLS:   # 21's operand images, 22's input
+        if impl in PRE_IMPLS:   # 21's operand images and ready flags, 22's inputs
+            if -(-T // C) > MAX_PRE_CHUNKS:
+                raise ValueError(f"impl={impl!r} runs 21 with the chunks on the grid's y axis: at most {MAX_PRE_CHUNKS} "
+                                 f"chunks of {C} (T <= {MAX_PRE_CHUNKS * C}), got T={T}; split the sequence or pass "
+                                 "impl='wide'")
             ws["OPS"] = cp.empty(ops_workspace_shape(B, T, H, K), dtype=cp.uint32)
+            ws["READY"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
     maps = ()
@@ -995,7 +1032,11 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                      tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, 4 * C, swizzle=64))
         else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
             maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
-    return TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
+    plan = TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
+    if impl in PRE_IMPLS:   # side by side only where 22 takes at most one block per SM (21's blocks then fit beside)
+        sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
+        plan.overlap = B * H * (V // int(bv)) <= sms
+    return plan
 
 
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
