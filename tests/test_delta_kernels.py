@@ -757,6 +757,21 @@ def test_launcher_shared_memory_is_the_static_tables_for_each_io():
     assert dk.PREP_OPS_BLOCKS_PER_SM * (dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, True)) + 1024) <= 228 * 1024
 
 
+def test_pre_launches_21_chunk_major_and_22_with_its_layout():
+    """21 -> 22 ("pre"): 21's grid is (B H, NC), every head's chunk n dispatched before any chunk n + 1 (the order
+    22 reads them in when the two run side by side), 256 threads and 07's shared memory; 22's grid is the
+    recurrences' (V / BV, H, B) with 160 threads and its layout's shared memory, two blocks of which fit an SM."""
+    plan = dk.TcPlan(arrays={}, dims=(2, 100, 3, 128, 128), scale=np.float32(128 ** -0.5), bv=32, impl="pre", ws={},
+                     o=None, final_state=None, io="bf16")
+    cfg = plan.launch_configs()
+    assert cfg["prep"]["grid"] == (6, 4, 1) and cfg["prep"]["block"] == (dk.FUSED_THREADS, 1, 1)
+    assert cfg["prep"]["smem"] == dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, True))
+    assert cfg["state"]["grid"] == (4, 3, 2) and cfg["state"]["block"] == (dk.PRE_THREADS, 1, 1)
+    assert cfg["state"]["smem"] == 4 * dk.pre_smem_words(128, 128, 32) and 2 * (cfg["state"]["smem"] + 1024) <= 228 * 1024
+    assert not plan.overlap and plan.epoch == 0   # side by side only where prepare_tc finds 22's grid fits the SMs
+    assert dk.ops_workspace_shape(2, 100, 3, 128) == (2, 3, 4, (64 * 128 + 128 * 128 + 128 * 4) // 4)
+
+
 def test_static_builds_table_follows_the_instantiation_list(monkeypatch):
     """fast.static_builds compiles in parallel but returns the rows in static_instantiations' order, each
     with its target and launch shared memory."""
