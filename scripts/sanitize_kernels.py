@@ -58,7 +58,8 @@ def delta_plan() -> list[dict]:
     from attnlab.delta import kernels as dk
 
     step_of = {k.source: k.step for k in dk.DELTA_KERNELS}   # by file: 14's holds two kernels
-    impls = [("fused", "06")] + [(impl, "07 " + step_of[src]) for impl, (src, _, _, _) in dk.STATE_IMPLS.items()]
+    impls = [("fused", "06")] + [(impl, ("21 " if impl in dk.PRE_IMPLS else "07 ") + step_of[src])
+                                 for impl, (src, _, _, _) in dk.STATE_IMPLS.items()]
     out += [dict(launcher="tc", impl=impl, K=K, steps=steps) for impl, steps in impls for K in (64, 128)
             if impl not in dk.BF16_ONLY_IMPLS]
     out += [dict(launcher="tc", impl=impl, K=K, steps=steps, io="bf16")
@@ -100,6 +101,8 @@ def delta_worker() -> int:
             if p["impl"] == "cluster" and cc < dk.CLUSTER_MIN_CC:
                 continue
             plan = dk.prepare_tc(**x, output_final_state=True, impl=p["impl"], check_gate=False)
+            # compute-sanitizer runs one kernel at a time: 22 beside 21 would wait for chunks 21 cannot start to write
+            plan.overlap = False
         # No poison fill and no device-side check: the outputs stay as cp.empty left them and are
         # copied whole to the host, so initcheck sees a read of any element a kda_ kernel did not
         # write (a CuPy fill or reduction kernel falls outside --kernel-name and would hide it, or

@@ -765,7 +765,9 @@ class TcPlan:
     state_maps: tuple = ()    # the recurrence's trailing tensor-map arguments (14's TMA form: g, k, q)
     # 21 -> 22: run side by side (22 on a second stream of higher priority, launched first, each chunk waited for
     # on 21's ready flag; prepare_tc sets it where 22's grid is at most one block per SM, so that 21's blocks
-    # always fit beside 22's); epoch: the value 21 stores in the flags of the chunks it has written this call
+    # always fit beside 22's). Set it False under a tool that runs one kernel at a time (compute-sanitizer):
+    # 22 would wait for chunks that 21 cannot start to write. epoch: the value 21 stores in the flags of the
+    # chunks it has written this call
     overlap: bool = False
     epoch: int = 0
     side_stream: Any = field(repr=False, default=None)
@@ -1009,7 +1011,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                 raise ValueError(f"impl={impl!r} runs 21 with the chunks on the grid's y axis: at most {MAX_PRE_CHUNKS} "
                                  f"chunks of {C} (T <= {MAX_PRE_CHUNKS * C}), got T={T}; split the sequence or pass "
                                  "impl='wide'")
-            ws["OPS"] = cp.empty(ops_workspace_shape(B, T, H, K), dtype=cp.uint32)
+            # zeroed once: at K = 64 half of each Kd^T row is never written by 21 (no product reads it; 22's copy
+            # moves it, and compute-sanitizer's initcheck would count that as a read of uninitialised memory)
+            ws["OPS"] = cp.zeros(ops_workspace_shape(B, T, H, K), dtype=cp.uint32)
             ws["READY"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
