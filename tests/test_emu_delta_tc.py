@@ -448,6 +448,12 @@ def test_wgmma_family_stamps_and_generated_lines():
         "- 13 without input copies after chunk 0 (KDA_PROBE=4): 0.900 ms against 1.500 ms for 13 as built "
         "(+0.600 ms is what the build took away).",
         "- 14 bulk: 3.000 ms, 0.50× 13's speed (slower)."]
+    half = "19, WG_E at half its tokens a thread (KDA_PROBE=6)"
+    probes = pd.DataFrame(dict(implementation=["19", half, "20"], median_ms=[1.0, 0.8, 0.95]))
+    assert fast.describe_probes(probes)[-1].endswith("(0.200 ms, half of its work gone with them), 20 gains 25% with all "
+                                                     "of the work kept.")
+    probes.loc[2, "median_ms"] = 1.01   # 20 slower than 19: no negative percentage
+    assert fast.describe_probes(probes)[-1].endswith("20 gains nothing with all of the work kept.")
     probes = pd.DataFrame(dict(implementation=["17 (bf16 I/O)", "17 (bf16 I/O) chain alone, WG_E arithmetic idle "
                                                "(KDA_PROBE=5)", "22 (bf16 I/O)"], median_ms=[0.8, 0.6, 0.65]))
     assert fast.describe_probes(probes)[-1] == (

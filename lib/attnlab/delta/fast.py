@@ -311,6 +311,18 @@ def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], seed: int
             rows.append(dict(implementation=label, dtype="fp32", T=T, extra_bytes=int(measured),
                              model_bytes=int(plan.workspace_bytes())))
             del plan
+        tb = bf16_inputs(d)   # the bf16-I/O path with the largest workspace, 21 -> 22 (its operand images): o is bf16
+        pre = [lab for lab, impl, _ in bf16_io_impls() if impl in dk.PRE_IMPLS]
+        if tb is not None and pre:
+            pool.free_all_blocks()
+            before = pool.used_bytes()
+            plan = dk.prepare_tc(**tb, check_gate=False, impl=dk.PRE_IMPLS[0])
+            plan.run()
+            cp.cuda.get_current_stream().synchronize()
+            measured = pool.used_bytes() - before - 2 * B * T * H * V
+            rows.append(dict(implementation=pre[0], dtype="bf16", T=T, extra_bytes=int(measured),
+                             model_bytes=int(plan.workspace_bytes())))
+            del plan, tb
         if with_fla and chunk_kda is not None:
             import torch
 
@@ -604,7 +616,8 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
         if half in ms.index and ms["19"] > ms[half]:
             got = (ms["19"] - ms["20"]) / (ms["19"] - ms[half])
             line += (f"; of what halving WG_E's tokens a thread took off 19 ({ms['19'] - ms[half]:.3f} ms, half of its "
-                     f"work gone with them), 20 gains {got:.0%} with all of the work kept")
+                     f"work gone with them), 20 " + (f"gains {got:.0%}" if got >= 0 else "gains nothing") +
+                     " with all of the work kept")
         lines.append(line + ".")
     rec, alone = "17 (bf16 I/O)", "17 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)"
     if {"22 (bf16 I/O)", rec, alone} <= set(ms.index):
