@@ -4,8 +4,9 @@
     PYTHONPATH=lib python scripts/probe_delta_pre.py [--T 4096 16384] [--bv 16 32] [--out DIR] [--no-fla]
 
 At B=2, H=16, K=V=128 with bf16 inputs: 21 -> 22 at each value-block width (the whole call, side by side
-where the launcher runs them so and one after the other, 21 alone, 22 alone), 07 -> 20 and fla's chunk_kda (bf16) beside them in this one run, and 22's o and final state
-against 07 -> 20's (the same products on operands rounded alike: bf16-level differences at most; the
+where the launcher runs them so and one after the other, 21 alone, 22 alone; --prep-blocks: 21 alone at
+most N blocks per SM, as beside 22), 07 -> 20 and fla's chunk_kda (bf16) beside them in this one run, and
+22's o and final state against 07 -> 20's (the same products on operands rounded alike: bf16-level differences at most; the
 float64 checks are tests/test_delta_kernels.py's GPU tests). Writes probe_pre.csv to --out (default
 $OUT or /tmp). Not a recorded run: notebook 13 records what the lab quotes.
 """
@@ -32,6 +33,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--budget", type=float, default=0.3)
+    ap.add_argument("--prep-blocks", type=int, nargs="*", default=[],
+                    help="also time 21 alone with its shared memory padded to at most N blocks per SM")
     a = ap.parse_args()
     import torch
 
@@ -58,6 +61,17 @@ def main() -> None:
             for st, label in (((1, 2), "all"), ((1,), "21"), ((2,), "22")):
                 rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation="21+22", T=T, bv=bv,
                                    stage=label, overlap=p.overlap, **err))
+            if a.prep_blocks:   # 21 alone with its shared memory padded so that at most N blocks share an SM (beside
+                cfg = p.launch_configs()["prep"]   # a block of 22, two fit): how its residency sets its time
+                for nb in a.prep_blocks:
+                    smem = max(cfg["smem"], (228 * 1024) // (nb + 1) - 1024 + 16)
+                    p.kernels["prep"].max_dynamic_shared_size_bytes = smem
+                    args = (tb["q"], tb["k"], tb["g"], tb["beta"], p.ws["TA"], p.ws["OPS"], p.ws["READY"], np.int32(0),
+                            np.int32(T), np.int32(H), p.scale)
+                    rows.append(_timed(lambda smem=smem, args=args: p.kernels["prep"](cfg["grid"], cfg["block"], args,
+                                                                                       shared_mem=smem),
+                                       a.budget, implementation=f"21 alone, at most {nb} blocks per SM", T=T, bv=bv,
+                                       stage="21"))
             if p.overlap:   # and one after the other, on one stream
                 p.overlap = False
                 rows.append(_timed(p.run, a.budget, implementation="21+22 one after the other", T=T, bv=bv, stage="all"))
