@@ -66,7 +66,7 @@ def main() -> None:
                 for nb in a.prep_blocks:
                     smem = max(cfg["smem"], (228 * 1024) // (nb + 1) - 1024 + 16)
                     p.kernels["prep"].max_dynamic_shared_size_bytes = smem
-                    args = (tb["q"], tb["k"], tb["g"], tb["beta"], p.ws["TA"], p.ws["OPS"], p.ws["READY"], np.int32(0),
+                    args = (p.arrays["q"], p.arrays["k"], p.arrays["g"], p.arrays["beta"], p.ws["TA"], p.ws["OPS"], p.ws["READY"], np.int32(0),
                             np.int32(T), np.int32(H), p.scale)
                     rows.append(_timed(lambda smem=smem, args=args: p.kernels["prep"](cfg["grid"], cfg["block"], args,
                                                                                        shared_mem=smem),
