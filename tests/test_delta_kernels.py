@@ -202,8 +202,9 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         pytest.skip(f"{function} needs sm_{spec.min_cc}+ (the registry's min_cc)")
     (r,) = static_build(source, function, [args], dk.static_arch(function, arch))
     assert r.registers > 0
-    assert not r.spills, f"{r.name} spills on {arch}: {r.spill_store_bytes} B stored"
-    assert r.stack_bytes == 0, f"{r.name} uses a {r.stack_bytes} B stack frame on {arch}"
+    allowed = dk.SPILL_ALLOWANCE.get(function, 0)   # 21: a small spill, measured faster than the form without one
+    assert max(r.spill_store_bytes, r.spill_load_bytes) <= allowed, f"{r.name} spills on {arch}: {r.spill_store_bytes} B stored"
+    assert r.stack_bytes <= allowed, f"{r.name} uses a {r.stack_bytes} B stack frame on {arch}"
     # ptxas may make every wgmma wait for the one before it (its C751x warnings): then nothing overlaps
     assert not r.wgmma_serialized, f"{r.name}: ptxas serialized its wgmmas ({r.wgmma_serialized}) on {arch}"
     # Registers must allow at least one block of the launch size (07: the blocks per SM it is built

@@ -21,7 +21,7 @@ LAYERS = {
                "delta", "delta.naive", "delta.chunk", "delta.kernels", "delta.model", "delta.tf32"},
     # studies: the measurements and verdicts the notebooks show
     "study": {"ladder", "banks", "attention.bench", "tile_scan", "flash", "roofline", "delta.bench", "delta.fast", "cross_gpu",
-              "steps"},
+              "steps", "delta.timeline"},
 }
 RANK = {"tool": 0, "family": 1, "study": 2}
 

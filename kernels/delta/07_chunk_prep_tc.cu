@@ -106,6 +106,8 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
     const long long TT = T;
     const int NC = (T + C - 1) / C;
     const long long t0 = (long long)n * C;
+    KDA_TL(const unsigned long long tl_start = kda_gtime();)
+    KDA_PH(0);
 
     // zero T and Aqk (their upper blocks are never written; ALIAS: zeroed once the pair products are
     // done), the flag; beta
@@ -147,6 +149,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         sTot[grp * K + c0 + 1] = run1;
     }
     __syncthreads();   // group sums, beta, zeroed T / Aqk visible
+    KDA_PH(1);
     float off0 = 0.f, off1 = 0.f, gl0 = 0.f, gl1 = 0.f;
 #pragma unroll
     for (int q2 = 0; q2 < NQ; ++q2) {
@@ -156,6 +159,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
     }
     if (!(gl0 >= FAST_MIN_G && gl1 >= FAST_MIN_G)) *sFlag = 1;
     __syncthreads();   // the chunk's path is decided
+    KDA_PH(2);
     const bool slow = *sFlag != 0;
 
     // ---- operands
@@ -184,6 +188,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         kda_ops_image<K, RPG, BF>(ops + (((long long)b * H + h) * NC + n) * kda_ops_image_bytes(K), c0, r0, G, xq, xk,
                                   off0, off1, gl0, gl1, scale);
     __syncthreads();
+    KDA_PH(3);
 
     // ---- Akk and Aqk, into registers: their arrays share the operands' space
     static_assert(C * C / NTH == 4, "the exact path keeps four pairs a thread, the fast path 2 x 4 values");
@@ -263,6 +268,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         }
     }
     if constexpr (BF) __syncthreads();   // every operand read: the space is Akk, T, Y and the output arrays from here
+    KDA_PH(4);
     if (!slow) {
         if (BF && warp < MT * (MT + 1)) {
             int mt, nb;
@@ -274,6 +280,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         for (int u = 0; u < C * C / NTH; ++u) store_exact(tid + u * NTH, keep[u], keep[4 + u]);
     }
     __syncthreads();
+    KDA_PH(5);
 
     // ---- T = (I + Akk)^-1: warp 0 inverts both diagonal blocks (lane = column j of block bb;
     // right-looking substitution, a 16-FMA dependent chain), then all threads form T10 = -T11 A10 T00.
@@ -306,6 +313,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         }
     }
     __syncthreads();
+    KDA_PH(6);
     {   // Y = A10 T00
         const int i = tid / 16, j = tid % 16;
         float s = 0.f;
@@ -314,6 +322,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         sY[i * 17 + j] = s;
     }
     __syncthreads();
+    KDA_PH(7);
     if (tid < 128) {   // T10 = -T11 Y, two adjacent columns per thread, split and stored
         const int i = tid / 8, j = 2 * (tid % 8);
         float s0 = 0.f, s1 = 0.f;
@@ -329,6 +338,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         TL[(16 + i) * LC + j / 2] = lw;
     }
     __syncthreads();
+    KDA_PH(8);
     if constexpr (A2) {
         // A2 = Aqk T on the tensor cores (3xBF16 from the hi/lo words already here): 16 x 8 output
         // tiles (mt, nt) on or below the diagonal, one per warp (6 at C = 32); k steps where neither
@@ -351,8 +361,10 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         }
         static_assert(MT * (MT + 1) <= L::NW && NT8 == 2 * MT, "one A2 tile per warp");
         __syncthreads();   // every warp has read Aqk before it is overwritten
+        KDA_PH(9);
         if (mt < MT) store_acc_split(AqH, AqL, LC, mt * 16, nt * 8, acc, g8, t4);
         __syncthreads();
+        KDA_PH(10);
     }
     // ---- out: the four C x C/2 word arrays, 16 bytes per thread and step
     unsigned* out = TA + (((long long)b * H + h) * NC + n) * (4LL * C * (C / 2));
@@ -362,12 +374,20 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         const unsigned* src = TH + arr * C * LC + r * LC + 4 * qd;
         *reinterpret_cast<U4*>(out + (arr * C + r) * (C / 2) + 4 * qd) = *reinterpret_cast<const U4*>(src);
     }
+    KDA_PH(11);
     if constexpr (OPS) {   // 21 beside 22 (epoch > 0): the chunk is published (ops_image.cuh)
+        // Every thread's stores come before the barrier, and thread 0's release at GPU scope after it is cumulative
+        // over them (a grid barrier publishes a block's writes the same way). A fence in every thread first held each
+        // block about 1700 cycles longer (scripts/probe_delta_timeline.py).
         if (epoch > 0) {
-            __threadfence();
             __syncthreads();
+            KDA_PH(12);
             if (tid == 0) kda_flag_release(ready + ((long long)b * H + h) * NC + n, epoch);
         }
+        KDA_TL(if (tid == 0) {
+            unsigned long long* w = kda_tl_prep_words(ready, NC, n);
+            w[0] = tl_start; w[1] = kda_gtime(); w[2] = kda_smid(); w[3] = 0;
+        })
     }
 }
 

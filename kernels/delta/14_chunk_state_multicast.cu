@@ -145,18 +145,33 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         // its slot reads are long done): the image by one bulk copy on the buffer's mbarrier, which WG_C waits on
         // (kda_wg_chain's full_wait), T / A2 and v by the slot's tensor copies (kda_slot_tma). WG_C's reads of
         // the buffer (wgmma, and its 2^G_L loads, whose values the decay has used) are complete by then.
-        // Beside 21 (epoch > 0) it first waits for the chunk's ready flag: off the chain's path.
+        // Beside 21 (epoch > 0) it first waits for the chunk's ready flag, before it waits for the buffer: the
+        // flag's acquire and proxy fence then overlap WG_C's work on chunks n - 2 and n - 1 (waited after EMPTY,
+        // they held each chunk's copy back about half a microsecond beside 21's blocks,
+        // scripts/probe_delta_timeline.py).
         const unsigned opbar = full_t + 32;
         const unsigned char* const img = ops + cx.bh * NC * (long long)L::IMG_BYTES;
+        KDA_TL(unsigned long long* const tlw = kda_tl_state_words(ready, H, NC);
+               unsigned long long tl_wait = 0, tl_nwait = 0;
+               if (lane == 0) { tlw[0] = kda_gtime(); tlw[2] = kda_smid(); })
         for (int n = 0; n < NC; ++n) {
+            if (lane == 0 && epoch > 0) {
+                KDA_TL(const unsigned long long tl_a = kda_gtime();
+                       if (n % 64 == 0 && n / 64 < KDA_TL_W - 7) tlw[5 + n / 64] = tl_a;
+                       if (((volatile const int*)ready)[cx.bh * NC + n] != epoch) ++tl_nwait;)
+                kda_wait_ready(ready + cx.bh * NC + n, epoch);   // 21 has written chunk n
+                KDA_TL(tl_wait += kda_gtime() - tl_a;)
+            }
+            __syncwarp();
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);
             if (lane == 0) {
-                if (epoch > 0) kda_wait_ready(ready + cx.bh * NC + n, epoch);   // 21 has written chunk n
+                KDA_TL(if (epoch == 0 && n % 64 == 0 && n / 64 < KDA_TL_W - 7) tlw[5 + n / 64] = kda_gtime();)
                 mbar_arrive_expect_tx(opbar + 8 * (n & 1), L::IMG_BYTES);
                 bulk_copy(cx.base + cx.opb(n), img + n * (long long)L::IMG_BYTES, L::IMG_BYTES, opbar + 8 * (n & 1));
                 kda_slot_tma<L>(cx, n, maps[3], maps[4]);
             }
         }
+        KDA_TL(if (lane == 0) { tlw[3] = tl_wait; tlw[4] = tl_nwait; })
       } else {
         // ====================================================== WG_E: element-wise operands, a chunk ahead
         constexpr int TPT = C / L::TPC / (KDA_PROBE == 6 ? 2 : 1);   // tokens per thread (probe 6: half of them,
@@ -234,7 +249,13 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
       }
     } else {
         // ====================================================== WG_C: the chain of products (13's)
+        KDA_TL(if (cx.tid == 0) kda_tl_full_wait = 0;)
         kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, SLOT == 2 ? maps[3] : nullptr, SLOT == 2 ? maps[4] : nullptr);
+        KDA_TL(if (PRE && cx.tid == 0) {
+            unsigned long long* w = kda_tl_state_words(ready, H, NC);
+            w[1] = w[KDA_TL_W - 1] = kda_gtime();
+            w[KDA_TL_W - 2] = kda_tl_full_wait;
+        })
     }
     if constexpr (CL > 1) cluster_sync();   // no block leaves while a copy or an arrival of its cluster may reach it
 }

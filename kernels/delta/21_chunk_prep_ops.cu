@@ -18,28 +18,38 @@
 // issue 13's memory bound).
 // The arithmetic is 13's (2^G from the running sum, Kd from 2^(G_L - G)), in place of 15's running
 // products; T and A2 are 07's, bit for bit.
-// What the probes found (scripts/probe_delta_pre.py and Nsight Compute at T = 4096, not recorded; notebook 13
-// records 21 alone beside 07): the stores decide what the image costs. Stored as four-token pieces (4-byte
-// words, 32 rows a warp instruction, one L2 sector each) 21 ran five times as long as 07; as whole 16-byte
-// row chunks, with each lane pair trading halves so that a row's Kg and Qg fill one sector together
-// (kda_ops_image), about 1.5 times. What is left: the image's stores (L2 write requests about twelve times
-// 07's), its arithmetic (a fifth more instructions) and occupancy (77 registers a thread: three blocks per
-// SM where 07 runs four; at four this body spills), with barrier stalls, as in 07, the first stall reason.
-// 21 and 22 run side by side (kernels.TcPlan.run, where 22's grid is at most a block per SM): 22 on a
-// stream of higher priority, launched first, so that its blocks hold their SMs (two of 21's blocks fit beside
-// each); 21's grid is (B H, NC), every head's chunk n dispatched before chunk n + 1, and each block, once its
-// stores are fenced, sets the chunk's ready flag to the call's epoch (ops_image.cuh), which 22's producer
-// warp waits for before it copies the chunk. A first form waited in the chain warpgroup (the flag's acquire
-// and the proxy fence on the chain's path each chunk) and ran slower than one kernel after the other; with
-// the wait in the producer warp, two chunks ahead, the probe had side by side a little faster.
+// What the probes found (scripts/probe_delta_pre.py, scripts/probe_delta_timeline.py and Nsight Compute, not
+// recorded; notebook 13 records 21 alone beside 07): the stores decide what the image costs. Stored as four-token
+// pieces (4-byte words, 32 rows a warp instruction, one L2 sector each) 21 ran five times as long as 07; as
+// whole 16-byte row chunks, with each lane pair trading halves so that a row's Kg and Qg fill one sector together
+// (kda_ops_image), about 1.5 times.
+// How 21 and 22 share the GPU (kernels.TcPlan.run; scripts/probe_delta_timeline.py stamps every block's start,
+// end and SM, and 21's clock after each barrier). A block of 21 is latency-bound (about 20 000 cycles a chunk:
+// the loads and gate sums, the operands and image, and warp 0's inverse are the longest phases), so its
+// rate follows how many of its blocks an SM holds. Beside a block of 22 (97 KB of shared memory, five warps of
+// 124 registers) the first form held one (80 registers; the driver's default carveout), and 22's producer
+// waited for 21's flags most of the call. Built for 64 registers (four blocks per SM alone, a spill of a few dozen bytes;
+// alone it also ran faster) and with both kernels asking for the largest shared-memory carveout, two of its
+// blocks run beside each block of 22 (at 80 registers still one: two would not fit the register file of the
+// SM quarter that holds two of 22's warps, by the per-quarter count). A head start (the first chunks by 21
+// alone, then both) ran slower: beside 21's blocks each chunk of 22's chain takes about 1.5 times as long, even with
+// every operand ready. The flag is published as a grid barrier publishes: every thread's stores, a barrier,
+// one release at GPU scope (cumulative over the block's stores); a fence in every thread first held each
+// block about 1700 cycles longer.
+// Every head's chunk n is dispatched before chunk n + 1 (grid (B H, NC)), and each block sets its chunk's
+// ready flag to the call's epoch (ops_image.cuh), which 22's producer warp waits for before it copies the chunk.
 //
-// Launch: grid (B H, NC) (NC <= 65535), 256 threads, kernels.prep_smem_words; the image workspace
-// [B, H, NC, kda_ops_image_bytes(K)] after 07's, the ready flags [B, H, NC] (int, zeroed once) and the epoch
-// (0: one kernel after the other, no flags).
+// Launch: grid (B H, NC) (NC <= 65535), 256 threads, kernels.prep_smem_words, the largest carveout; the image
+// workspace [B, H, NC, kda_ops_image_bytes(K)] after 07's, the ready flags [B, H, NC] (int, zeroed once) and
+// the epoch (0: one kernel after the other, no flags).
 #include "07_chunk_prep_tc.cu"
 
+#ifndef KDA_PREP_OPS_MINB   // probe builds only (scripts/probe_delta_timeline.py): 3 is the 80-register form
+#define KDA_PREP_OPS_MINB 4
+#endif
+
 template <int K, int C, bool BF = true>
-__global__ void __launch_bounds__(256, 3)   // three blocks per SM: at four (07's bf16 form) this body spills
+__global__ void __launch_bounds__(256, KDA_PREP_OPS_MINB)   // 64 registers: two blocks beside one of 22
 kda_chunk_prep_ops(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                    const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
                    unsigned* __restrict__ TA,             // [B, H, NC, 4, C, C/2]: T, A2 = Aqk T

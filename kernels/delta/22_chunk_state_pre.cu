@@ -29,8 +29,12 @@
 // call's epoch (0: 21 has finished, no flags). Requires sm_90a.
 #include "14_chunk_state_multicast.cu"
 
+#ifndef KDA_PRE_MINB   // probe builds only (scripts/probe_delta_timeline.py: 4 is a 96-register form)
+#define KDA_PRE_MINB 2
+#endif
+
 template <int K, int V, int C, int BV, bool BF = true>
-__global__ void __launch_bounds__(160, 2)
+__global__ void __launch_bounds__(160, KDA_PRE_MINB)
 kda_chunk_state_pre(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                     const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
                     const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,

@@ -39,6 +39,57 @@ static inline void kda_wait_ready(const int* flag, int value) {
 }
 #endif
 
+// KDA_TIMELINE=1 (scripts/probe_delta_timeline.py; results unchanged, not a recorded build): 21 and 22 stamp
+// %globaltimer and %smid into the words after the ready flags, so that the probe can see how the two kernels
+// share the SMs: per block of 21 (start, end, SM, 0, KDA_TIMELINE=2's clocks) after its chunk is published; per block of 22
+// KDA_TL_W words: start, WG_C's end, SM, the producer's total wait for flags, the number of chunks it
+// waited for, the time it asked for chunk 64 i (i < KDA_TL_W - 7), WG_C's total wait for the operand buffers
+// and the time WG_C ended.
+#define KDA_TL_W 16
+#define KDA_TL_P 20   // words per block of 21
+#if defined(KDA_TIMELINE) && !defined(KDA_HOST_EMULATION)
+static __device__ __forceinline__ unsigned long long kda_gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+static __device__ __forceinline__ unsigned long long kda_smid() {
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+// the stamps after the B H NC ready flags (rounded up to 8 bytes): 21's KDA_TL_P words a block (chunk-major,
+// grid (B H, NC)), then 22's KDA_TL_W (grid (V / BV, H, B))
+static __device__ __forceinline__ unsigned long long* kda_tl_words(const int* ready, long long flags) {
+    return reinterpret_cast<unsigned long long*>(const_cast<int*>(ready) + ((flags + 1) & ~1LL));
+}
+static __device__ __forceinline__ unsigned long long* kda_tl_prep_words(const int* ready, int NC, int n) {
+    return kda_tl_words(ready, (long long)gridDim.x * NC) + KDA_TL_P * ((long long)n * gridDim.x + blockIdx.x);
+}
+static __device__ __forceinline__ unsigned long long* kda_tl_state_words(const int* ready, int H, int NC) {
+    const long long flags = (long long)gridDim.z * H * NC;
+    return kda_tl_words(ready, flags) + KDA_TL_P * flags +
+           KDA_TL_W * (((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x);
+}
+static __shared__ unsigned long long kda_tl_full_wait;   // 22's WG_C thread 0: its total wait for the operand buffers
+#define KDA_TL(...) __VA_ARGS__
+#else
+#define KDA_TL(...)
+#endif
+// KDA_TIMELINE=2: 21's thread 0 also stores %clock64 after each of its barriers (words 4 .. 16 of its block's 20)
+#if defined(KDA_TIMELINE) && KDA_TIMELINE >= 2 && !defined(KDA_HOST_EMULATION)
+#define KDA_PH(i)                                                                                              \
+    do {                                                                                                       \
+        if (OPS && tid == 0) {                                                                                 \
+            long long ck_;                                                                                     \
+            asm volatile("mov.u64 %0, %%clock64;" : "=l"(ck_));                                               \
+            kda_tl_prep_words(ready, NC, n)[4 + (i)] = ck_;                                                   \
+        }                                                                                                      \
+    } while (0)
+#else
+#define KDA_PH(i) do { } while (0)
+#endif
+
 static __host__ __device__ constexpr int kda_ops_image_bytes(int K) { return KDA_OPS_KD_BYTES + K * 128 + K * 4; }
 
 // Byte offset of (row, 16-byte chunk) in a K-major tile of 128-byte rows with the 128-byte swizzle.
@@ -65,59 +116,53 @@ static __device__ __forceinline__ void kda_ops_image(unsigned char* img, int c0,
         if constexpr (RPG == 8) *reinterpret_cast<U4*>(p) = U4{w[0], w[1], w[2], w[3]};
         else *reinterpret_cast<float2*>(p) = make_float2(__uint_as_float(w[0]), __uint_as_float(w[1]));
     };
+    const bool odd = (threadIdx.x & 1) != 0;
+    const int cb = odd ? c0 - 2 : c0;   // the lane pair's first channel
 #pragma unroll
-    for (int part = 0; part < 2; ++part) {   // 0: Kg and Qg (k 2^G, scale q 2^G), 1: Kd = k 2^(G_L - G)
-        unsigned w[2][2][RPG / 2];             // [array][channel][token pair]
+    for (int cc = 0; cc < 2; ++cc) {   // one channel at a time (fewer live words: 21 runs at 64 registers)
+        // Kg = k 2^G and Qg = scale q 2^G of channel c0 + cc, token pairs packed
+        unsigned kg[RPG / 2], qg[RPG / 2];
 #pragma unroll
         for (int u = 0; u < RPG; u += 2) {
-            float v[2][2][2];                    // [array][channel][token of the pair]
+            float vk[2], vq[2];
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                const float2 kv = kda_widen2<BF>(xk[u + t]), qv = kda_widen2<BF>(xq[u + t]);
+                const float e = fast_exp2(G[u + t][cc] + (cc ? off1 : off0));
+                vk[t] = (cc ? kv.y : kv.x) * e;
+                vq[t] = scale * (cc ? qv.y : qv.x) * e;
+            }
+            kg[u / 2] = pack_bf16x2(vk[0], vk[1]);
+            qg[u / 2] = pack_bf16x2(vq[0], vq[1]);
+        }
+        // Kg and Qg of a channel are the two halves of one 32-byte sector of its row (chunks 2j, 2j + 1: the
+        // swizzle moves them as a pair). Lanes 2m and 2m + 1 (channels c0 .. c0 + 3) trade halves so that in
+        // each store the even lane writes a row's Kg and the odd lane the same row's Qg: one whole sector per
+        // lane pair, where each lane's own Kg, Qg would each half-fill one. Even lane: its Kg to row cb + cc,
+        // the odd lane's Kg to row cb + 2 + cc; odd lane: the even lane's Qg to row cb + cc, its Qg to cb + 2 + cc
+        unsigned got[RPG / 2];
+#pragma unroll
+        for (int q = 0; q < RPG / 2; ++q) got[q] = __shfl_xor_sync(ATTNLAB_FULL_MASK, odd ? kg[q] : qg[q], 1);
+        unsigned char* const kq = img + KDA_OPS_KD_BYTES;
+        put(kq + kda_ops_sw(cb + cc, 2 * j + (odd ? 1 : 0)) + sub, odd ? got : kg);
+        put(kq + kda_ops_sw(cb + 2 + cc, 2 * j + (odd ? 1 : 0)) + sub, odd ? qg : got);
+    }
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) {   // Kd = k 2^(G_L - G) (exponent <= 0), and 2^G_L
+        const int c = c0 + cc;
+        const float gl = cc ? gl1 : gl0, off = cc ? off1 : off0;
+        unsigned kd[RPG / 2];
+#pragma unroll
+        for (int u = 0; u < RPG; u += 2) {
+            float vk[2];
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
                 const float2 kv = kda_widen2<BF>(xk[u + t]);
-                const float G0 = G[u + t][0] + off0, G1 = G[u + t][1] + off1;
-                if (part == 0) {
-                    const float2 qv = kda_widen2<BF>(xq[u + t]);
-                    const float e0 = fast_exp2(G0), e1 = fast_exp2(G1);
-                    v[0][0][t] = kv.x * e0;          v[0][1][t] = kv.y * e1;
-                    v[1][0][t] = scale * qv.x * e0;  v[1][1][t] = scale * qv.y * e1;
-                } else {
-                    v[0][0][t] = kv.x * fast_exp2(gl0 - G0);   // exponent <= 0
-                    v[0][1][t] = kv.y * fast_exp2(gl1 - G1);
-                }
+                vk[t] = (cc ? kv.y : kv.x) * fast_exp2(gl - (G[u + t][cc] + off));
             }
-#pragma unroll
-            for (int a = 0; a < 2 - part; ++a)
-#pragma unroll
-                for (int cc = 0; cc < 2; ++cc) w[a][cc][u / 2] = pack_bf16x2(v[a][cc][0], v[a][cc][1]);
+            kd[u / 2] = pack_bf16x2(vk[0], vk[1]);
         }
-        if (part == 0) {
-            // Kg and Qg of a channel are the two halves of one 32-byte sector of its row (chunks 2j, 2j + 1:
-            // the swizzle moves them as a pair). Lanes 2m and 2m + 1 (channels c0 .. c0 + 3) trade halves
-            // so that in each store the even lane writes a row's Kg and the odd lane the same row's Qg:
-            // one whole sector per lane pair, where each lane's own Kg, Qg would each half-fill one
-            const bool odd = (threadIdx.x & 1) != 0;
-            unsigned got[2][RPG / 2];   // even: the odd lane's Kg (channels c0 + 2, + 3); odd: the even lane's Qg
-#pragma unroll
-            for (int cc = 0; cc < 2; ++cc)
-#pragma unroll
-                for (int q = 0; q < RPG / 2; ++q)
-                    got[cc][q] = __shfl_xor_sync(ATTNLAB_FULL_MASK, odd ? w[0][cc][q] : w[1][cc][q], 1);
-            const int cb = odd ? c0 - 2 : c0;   // the pair's first channel
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-                unsigned d[RPG / 2];
-#pragma unroll
-                for (int q = 0; q < RPG / 2; ++q)
-                    d[q] = odd ? (x < 2 ? got[x % 2][q] : w[1][x % 2][q]) : (x < 2 ? w[0][x % 2][q] : got[x % 2][q]);
-                put(img + KDA_OPS_KD_BYTES + kda_ops_sw(cb + x, 2 * j + (odd ? 1 : 0)) + sub, d);
-            }
-        } else {
-#pragma unroll
-            for (int cc = 0; cc < 2; ++cc) {
-                const int c = c0 + cc;
-                put(img + kda_ops_sw(c % 64, 4 * (c / 64) + j) + sub, w[0][cc]);         // Kd^T
-                if (r0 == 0) reinterpret_cast<float*>(img + KDA_OPS_KD_BYTES + K * 128)[c] = fast_exp2(cc ? gl1 : gl0);
-            }
-        }
+        put(img + kda_ops_sw(c % 64, 4 * (c / 64) + j) + sub, kd);   // Kd^T
+        if (r0 == 0) reinterpret_cast<float*>(img + KDA_OPS_KD_BYTES + K * 128)[c] = fast_exp2(gl);
     }
 }

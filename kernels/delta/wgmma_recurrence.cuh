@@ -602,8 +602,13 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     };
     // chunk m's operand buffer is full: WG_E's hand-over (FULL), or (22) its image's bulk copy landed
     auto full_wait = [&](int m) {
-        if constexpr (L::PRE) mbar_wait(base + L::OFF_MBAR + 32 + 8 * (m & 1), (m >> 1) & 1);
-        else named_bar_sync(BAR_FULL + (m & 1), L::NTH);
+        if constexpr (L::PRE) {
+            KDA_TL(const unsigned long long tl_a = kda_gtime();)
+            mbar_wait(base + L::OFF_MBAR + 32 + 8 * (m & 1), (m >> 1) & 1);
+            KDA_TL(if (tid == 0) kda_tl_full_wait += kda_gtime() - tl_a;)
+        } else {
+            named_bar_sync(BAR_FULL + (m & 1), L::NTH);
+        }
     };
     full_wait(0);
     if constexpr (!L::SMA) build(0);

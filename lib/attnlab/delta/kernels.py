@@ -600,8 +600,12 @@ def prep_blocks_per_sm(bf16: bool) -> int:
     return 4 if bf16 else 3
 
 
-#: 21's __launch_bounds__: three blocks per SM (07's body with the operand image spills at four)
-PREP_OPS_BLOCKS_PER_SM = 3
+#: 21's __launch_bounds__: four blocks per SM, 64 registers (a small spill; 21_chunk_prep_ops.cu says why)
+PREP_OPS_BLOCKS_PER_SM = 4
+#: Spill bytes (stores, loads, stack) a kernel's static build may show; every other kernel builds without
+#: spills. 21 at 64 registers spills a few dozen bytes and ran faster alone than at 80 without (0.40 against
+#: 0.44 ms, scripts/probe_delta_timeline.py), and only at 64 do two of its blocks fit beside one of 22.
+SPILL_ALLOWANCE = {"kda_chunk_prep_ops": 32}
 
 
 def onchip_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
@@ -1040,7 +1044,20 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     if impl in PRE_IMPLS:   # side by side only where 22 takes at most one block per SM (21's blocks then fit beside)
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         plan.overlap = B * H * (V // int(bv)) <= sms
+        for kern in kernels.values():   # one carveout for both: two blocks of 21 fit beside one of 22 (21's header)
+            prefer_shared_memory(kern)
     return plan
+
+
+def prefer_shared_memory(kernel) -> None:
+    """Ask for the largest shared-memory carveout (the driver's default follows each kernel's own occupancy,
+    which left room for one block of 21 beside 22)."""
+    try:
+        kernel.preferred_shared_memory_carveout = 100
+    except (AttributeError, TypeError):   # an older CuPy: the driver call (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)
+        from cupy.cuda import driver
+
+        driver.funcSetAttribute(kernel.kernel.ptr, 9, 100)
 
 
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
@@ -1095,7 +1112,7 @@ def tc_threads(function: str, args: tuple) -> int:
         return FUSED_THREADS
     if function == "kda_chunk_prep":   # (K, C, BF, A2)
         return prep_blocks_per_sm(bool(args[2])) * FUSED_THREADS
-    if function == "kda_chunk_prep_ops":   # (K, C, BF): 21 is built for three blocks per SM
+    if function == "kda_chunk_prep_ops":   # (K, C, BF): 21 is built for four blocks per SM
         return PREP_OPS_BLOCKS_PER_SM * FUSED_THREADS
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return regs_threads(args[3], args[5] if len(args) > 5 else 1)
