@@ -63,11 +63,19 @@ def static_builds(K: int, V: int, forms=("tc", "cluster", "wgmma"), workers: int
     def one(row):
         source, function, args = row
         (r,) = static_build(source, function, [args], dk.static_arch(function, "sm_90"))
-        return {**r.row(), "dynamic_smem_KiB": dk.tc_smem_bytes(function, args) / 1024}
+        return {**r.row(), "dynamic_smem_KiB": dk.tc_smem_bytes(function, args) / 1024,
+                "spill_allowed_bytes": dk.SPILL_ALLOWANCE.get(function, 0)}
 
     rows = dk.static_instantiations(K, V, forms=forms)
     with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as ex:
         return pd.DataFrame(list(ex.map(one, rows)))
+
+
+def spills_past_allowance(static: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`static_builds` whose spill stores, spill loads or stack exceed the kernel's
+    :data:`.kernels.SPILL_ALLOWANCE` (0 for all but 21): empty when every build is as designed."""
+    worst = static[["spill_store_bytes", "spill_load_bytes", "stack_bytes"]].max(axis=1)
+    return static[worst > static["spill_allowed_bytes"]]
 
 
 def tc_impls(compute_capability: int | None = None) -> tuple:
