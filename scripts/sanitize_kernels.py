@@ -3,7 +3,8 @@
 
     python scripts/sanitize_kernels.py                 # memcheck, racecheck, synccheck, initcheck
     python scripts/sanitize_kernels.py --tools memcheck
-    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-13 instead (kns=kda_)
+    python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-22 instead (kns=kda_)
+    python scripts/sanitize_kernels.py --family delta --impl pre   # only the tensor-core launches of these impls
     python scripts/sanitize_kernels.py --list          # what the worker launches (no GPU needed)
 
 The driver runs this script's worker once per tool under ``compute-sanitizer --tool <tool>
@@ -52,7 +53,8 @@ def plan() -> list[dict]:
 DELTA_B, DELTA_H, DELTA_T = 1, 3, 77
 
 
-def delta_plan() -> list[dict]:
+def delta_plan(impls_only=None) -> list[dict]:
+    """The delta launches (every one, or with ``impls_only`` the tensor-core launches of those impls)."""
     out = [dict(launcher="recurrent", K=64, steps="01")]
     out += [dict(launcher="chunk", state=st, K=64, steps=f"02 03 {n}") for st, n in (("simt", "04"), ("tc", "05"))]
     from attnlab.delta import kernels as dk
@@ -64,10 +66,16 @@ def delta_plan() -> list[dict]:
             if impl not in dk.BF16_ONLY_IMPLS]
     out += [dict(launcher="tc", impl=impl, K=K, steps=steps, io="bf16")
             for impl, steps in impls if impl in dk.BF16_IMPLS for K in (64, 128)]
+    if impls_only:
+        unknown = set(impls_only) - {impl for impl, _ in impls}
+        if unknown:
+            raise SystemExit(f"--impl {' '.join(sorted(unknown))}: not a tensor-core impl; choose from "
+                             f"{', '.join(impl for impl, _ in impls)}")
+        out = [p for p in out if p.get("impl") in impls_only]
     return out
 
 
-def delta_worker() -> int:
+def delta_worker(impls_only=None) -> int:
     import cupy as cp
     import numpy as np
 
@@ -76,7 +84,7 @@ def delta_worker() -> int:
 
     bad = 0
     cc = int(cp.cuda.Device().compute_capability)
-    for p in delta_plan():
+    for p in delta_plan(impls_only):
         K = p["K"]
         x = {n: cp.asarray(a) for n, a in random_inputs(DELTA_B, DELTA_T, DELTA_H, K, K, seed=7,
                                                         initial_state=True).items()}
@@ -156,7 +164,7 @@ def worker() -> int:
     return 1 if bad else 0
 
 
-def driver(tools, family: str = "attention") -> int:
+def driver(tools, family: str = "attention", impls=None) -> int:
     exe = shutil.which("compute-sanitizer") or (
         "/usr/local/cuda/bin/compute-sanitizer" if Path("/usr/local/cuda/bin/compute-sanitizer").exists() else None)
     if exe is None:
@@ -167,7 +175,7 @@ def driver(tools, family: str = "attention") -> int:
         t0 = time.time()
         prefix = "kda_" if family == "delta" else "attn_"
         cmd = [exe, "--tool", tool, "--kernel-name", f"kns={prefix}", "--print-limit", "20",
-               sys.executable, __file__, "--worker", "--family", family]
+               sys.executable, __file__, "--worker", "--family", family, *(["--impl", *impls] if impls else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         text = proc.stdout + proc.stderr
         errors = summary_errors(text)
@@ -200,14 +208,17 @@ def main() -> int:
     ap.add_argument("--family", default="attention", choices=("attention", "delta"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--list", action="store_true", help="print the launches and exit")
+    ap.add_argument("--impl", nargs="*", default=None, help="delta family: only these tensor-core impls (e.g. pre)")
     args = ap.parse_args()
+    if args.impl and args.family != "delta":
+        ap.error("--impl selects delta launches: pass --family delta")
     if args.list:
-        for p in (delta_plan() if args.family == "delta" else plan()):
+        for p in (delta_plan(args.impl) if args.family == "delta" else plan()):
             print(p)
         return 0
     if args.worker:
-        return delta_worker() if args.family == "delta" else worker()
-    return driver(args.tools, args.family)
+        return delta_worker(args.impl) if args.family == "delta" else worker()
+    return driver(args.tools, args.family, args.impl)
 
 
 if __name__ == "__main__":
