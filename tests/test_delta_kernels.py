@@ -913,3 +913,14 @@ def test_stress_diff_map_locates_differences():
     b1[0, 99, 1, 63] ^= 1
     d = sd.diff_map(b1, b0, 32, 32)
     assert d[["b", "h", "chunk", "vblock", "n", "rows", "cols"]].values.tolist() == [[0, 1, 3, 1, 1, "0x00000008", "0x80000000"]]
+
+
+def test_prefer_shared_memory_asks_for_the_largest_carveout():
+    """21 -> 22 share SMs only if both kernels run at the largest shared-memory carveout (21's header): the
+    launcher asks for 100 % (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) on each kernel it is given."""
+    class Kernel:
+        preferred_shared_memory_carveout = -1   # the driver's own choice
+
+    k = Kernel()
+    dk.prefer_shared_memory(k)
+    assert k.preferred_shared_memory_carveout == 100

@@ -102,9 +102,9 @@ static __device__ __forceinline__ int kda_ops_sw(int row, int ch) {
 // sums plus `off`, the earlier rows') and G_L. A thread's tokens of one channel are one 16-byte row chunk
 // of each transposed tile (RPG = 8, K = 128; half of one at RPG = 4, K = 64): whole-chunk stores, since
 // a warp's 4-byte stores to 32 rows at once cost the L2 a sector each (a first form, storing every four
-// tokens' words as they completed to spare registers, ran 21 at five times 07's time). Kg and Qg first,
-// then Kd: 16 words at a time beside the inputs (21 runs at three blocks per SM: at four, 64 registers,
-// even this spills).
+// tokens' words as they completed to spare registers, ran 21 at five times 07's time). One channel at a
+// time, Kg and Qg first, then Kd: at most 12 words beside the inputs (21 runs at 64 registers, four blocks
+// per SM, with a small spill).
 template <int K, int RPG, bool BF>
 static __device__ __forceinline__ void kda_ops_image(unsigned char* img, int c0, int r0, const float (&G)[RPG][2],
                                                      const typename KdaRaw2<BF>::T (&xq)[RPG],
