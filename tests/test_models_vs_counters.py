@@ -193,7 +193,8 @@ def test_delta_workspace_model_meets_the_measured_memory():
     and 13 measured (CuPy's pool, before and after one call): 07 counts the output with the
     workspace (recurrent: O alone; chunked: O + attnlab.delta.model.workspace_bytes at the default
     chunk), 13 the workspace alone (07+10 and 07+13: 07's T/A words, attnlab.delta.kernels.ta_workspace_shape;
-    06 fused: none; the three kernels: 07's chunked workspace). Every measurement equals its model
+    06 fused: none; the three kernels: 07's chunked workspace; 21+22: 07's words, 21's operand images and its
+    ready flags). Every measurement equals its model
     to within the pool's rounding (< 1 MiB) and the recorded model column is today's model."""
     import numpy as np
 
@@ -209,11 +210,15 @@ def test_delta_workspace_model_meets_the_measured_memory():
             model = {"recurrent": 4 * B * T * H * V, "chunked": 4 * B * T * H * V + chunked,
                      "07+10": 4 * int(np.prod(dk.ta_workspace_shape(B, T, H))), "06 fused": 0,
                      "07+13": 4 * int(np.prod(dk.ta_workspace_shape(B, T, H))),   # 07<A2>: T and Aqk T, same size
-                     "02+03+05 (three kernels)": chunked}.get(r.implementation)
+                     "02+03+05 (three kernels)": chunked,
+                     # 21 -> 22 (bf16 I/O): 07's words, 21's operand images, the ready flags
+                     "21+22 bf16 I/O": 4 * int(np.prod(dk.ta_workspace_shape(B, T, H)))
+                     + 4 * int(np.prod(dk.ops_workspace_shape(B, T, H, K))) + 4 * B * H * -(-T // dk.FUSED_CHUNK),
+                     }.get(r.implementation)
             if model is None:
                 assert str(r.implementation).startswith("fla"), f"{nb}: no model for {r.implementation}"
                 continue
             assert r.model_bytes == model, (nb, r.implementation, T, r.model_bytes, model)
             assert 0 <= r.extra_bytes - model < 2**20, (nb, r.implementation, T, r.extra_bytes, model)
             checked += 1
-    assert checked >= 17   # 07: 2 forms x 4 T; 13: 3 forms x 3 T
+    assert checked >= 20   # 07: 2 forms x 4 T; 13: 4 forms x 3 T
