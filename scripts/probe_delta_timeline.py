@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """GPU probe: how 21 and 22 share the SMs when they run side by side (``impl="pre"``, bf16 inputs).
 
-    PYTHONPATH=lib python scripts/probe_delta_timeline.py [--T 16384] [--out DIR] [--variants 4:2 3:2] [--carveout -1 100]
+    PYTHONPATH=lib python scripts/probe_delta_timeline.py [--T 16384] [--out DIR] [--variants 4:2 3:2]
+        [--carveout -1 100] [--level 1]
 
 Builds 21 and 22 with KDA_TIMELINE (ops_image.cuh: each block stamps %globaltimer and %smid after the
 ready flags, and at level 2 21's thread 0 its clock after each barrier; results unchanged) and, at B=2, H=16,
 K=V=128, for each build variant (21's and 22's registers) and shared-memory carveout (-1: the driver's
 choice, 100: the most shared memory), times 21 and 22 alone and the pair side by side and one after the
-other. For each it prints the median time and what the stamps say: when 22's
-blocks start and end, how long 22's producer waited for 21's flags, how many of 21's blocks ran beside each
-22 block, how long 21's blocks took, and the median cycles of 21's phases. Writes timeline_*.npz and probe_timeline.csv to --out (default
-$OUT or /tmp). Not a recorded run: notebook 13 records what the lab quotes.
+other. For each it prints the median time and what the stamps say (attnlab.delta.timeline): when 22's
+blocks start and end, how long 22's producer waited for 21's flags and WG_C for its buffers, how many of
+21's blocks ran beside each 22 block, how long 21's blocks took, and the median cycles of 21's phases.
+Writes timeline_*.npz and probe_timeline.csv to --out (default $OUT or /tmp). Not a recorded run: notebook
+13 records what the lab quotes.
 """
 
 from __future__ import annotations
@@ -28,14 +30,10 @@ from attnlab.delta import kernels as dk
 from attnlab.delta.bench import _timed, device_inputs
 from attnlab.delta.timeline import TL_P, TL_W, split_stamps, summarize
 
+
 def set_carveout(kernel, percent: int) -> int:
     """The kernel's preferred shared-memory carveout (percent; -1: no preference); returns what it reads back."""
-    try:
-        kernel.preferred_shared_memory_carveout = percent
-    except (AttributeError, TypeError):
-        from cupy.cuda import driver
-
-        driver.funcSetAttribute(kernel.kernel.ptr, 9, percent)   # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+    dk.prefer_shared_memory(kernel, percent)
     return int(kernel.attributes.get("preferred_shared_memory_carveout", percent))
 
 

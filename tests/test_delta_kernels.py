@@ -924,3 +924,5 @@ def test_prefer_shared_memory_asks_for_the_largest_carveout():
     k = Kernel()
     dk.prefer_shared_memory(k)
     assert k.preferred_shared_memory_carveout == 100
+    dk.prefer_shared_memory(k, -1)   # the probe's way back to the driver's choice
+    assert k.preferred_shared_memory_carveout == -1

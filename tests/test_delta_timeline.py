@@ -44,7 +44,7 @@ def test_stamps_are_cut_out_and_summarised():
 
 def test_one_kernel_after_the_other_has_no_flag_phase_and_no_22_rows():
     prep = np.zeros((4, TL_P), np.uint64)
-    prep[:, :3] = [(0 + 10, 20, 0), (10, 30, 1), (30, 40, 0), (30, 50, 1)]
+    prep[:, :3] = [(10, 20, 0), (10, 30, 1), (30, 40, 0), (30, 50, 1)]
     prep[:, 4:4 + len(PHASES)] = np.arange(len(PHASES)) * 5 + 1   # no stamp after the flag's barrier (epoch 0)
     p, s = split_stamps(_buffer(prep, np.zeros((2, TL_W), np.uint64), 4), 4, 2)
     out = summarize(p, s, n_chunks=8)

@@ -1049,15 +1049,15 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     return plan
 
 
-def prefer_shared_memory(kernel) -> None:
-    """Ask for the largest shared-memory carveout (the driver's default follows each kernel's own occupancy,
-    which left room for one block of 21 beside 22)."""
+def prefer_shared_memory(kernel, percent: int = 100) -> None:
+    """Ask for a shared-memory carveout, by default the largest (the driver's default, -1, follows each kernel's
+    own occupancy, which left room for one block of 21 beside 22)."""
     try:
-        kernel.preferred_shared_memory_carveout = 100
+        kernel.preferred_shared_memory_carveout = percent
     except (AttributeError, TypeError):   # an older CuPy: the driver call (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)
         from cupy.cuda import driver
 
-        driver.funcSetAttribute(kernel.kernel.ptr, 9, 100)
+        driver.funcSetAttribute(kernel.kernel.ptr, 9, percent)
 
 
 def kda_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
