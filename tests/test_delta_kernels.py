@@ -926,3 +926,13 @@ def test_prefer_shared_memory_asks_for_the_largest_carveout():
     assert k.preferred_shared_memory_carveout == 100
     dk.prefer_shared_memory(k, -1)   # the probe's way back to the driver's choice
     assert k.preferred_shared_memory_carveout == -1
+
+
+def test_side_by_side_only_where_an_sm_holds_no_block_of_22():
+    """21 -> 22 side by side needs an SM that 22 leaves free (21 then always makes progress): the target shape
+    (B 2, H 16, V 128, BV 32: 128 blocks on the H200's 132 SMs) runs side by side; a grid of 22 that fills or
+    exceeds the SMs runs one kernel after the other."""
+    assert dk.side_by_side_safe(2, 16, 128, 32, 132)
+    assert not dk.side_by_side_safe(1, 33, 128, 32, 132)   # 132 blocks: every SM holds one
+    assert not dk.side_by_side_safe(4, 16, 128, 32, 132)
+    assert dk.side_by_side_safe(2, 3, 128, 32, 132)          # the GPU test's shape

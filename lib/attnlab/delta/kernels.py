@@ -768,8 +768,8 @@ class TcPlan:
     io: str = "fp32"          # "bf16": o holds bf16 bit patterns (int16); run() returns a torch view
     state_maps: tuple = ()    # the recurrence's trailing tensor-map arguments (14's TMA form: g, k, q)
     # 21 -> 22: run side by side (22 on a second stream of higher priority, launched first, each chunk waited for
-    # on 21's ready flag; prepare_tc sets it where 22's grid is at most one block per SM, so that 21's blocks
-    # always fit beside 22's). Set it False under a tool that runs one kernel at a time (compute-sanitizer):
+    # on 21's ready flag; prepare_tc sets it where 22's grid leaves an SM free, side_by_side_safe, so that 21
+    # always makes progress). Set it False under a tool that runs one kernel at a time (compute-sanitizer):
     # 22 would wait for chunks that 21 cannot start to write. epoch: the value 21 stores in the flags of the
     # chunks it has written this call
     overlap: bool = False
@@ -1041,12 +1041,20 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
             maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
     plan = TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
-    if impl in PRE_IMPLS:   # side by side only where 22 takes at most one block per SM (21's blocks then fit beside)
+    if impl in PRE_IMPLS:   # side by side only where 22's grid leaves an SM free (side_by_side_safe)
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
-        plan.overlap = B * H * (V // int(bv)) <= sms
+        plan.overlap = side_by_side_safe(B, H, V, int(bv), sms)
         for kern in kernels.values():   # one carveout for both: two blocks of 21 fit beside one of 22 (21's header)
             prefer_shared_memory(kern)
     return plan
+
+
+def side_by_side_safe(B: int, H: int, V: int, bv: int, sms: int) -> bool:
+    """Whether 21 and 22 may run side by side: 22's blocks (one per SM) must all be resident while they wait
+    for 21's chunks, and 21 must always make progress. With fewer of 22's blocks than SMs, at least one SM
+    holds none, and 21 runs there however the hardware places blocks beside 22 (21's header: that placement
+    depends on registers and the carveout). Otherwise the two run one after the other."""
+    return B * H * (V // bv) < sms
 
 
 def prefer_shared_memory(kernel, percent: int = 100) -> None:
