@@ -179,8 +179,8 @@ def _delta_13_plan() -> tuple:
     a2 = next(x[1] for x in fast.BF16_IO_IMPLS if x[1] in dk.PREP_A2_IMPLS)
     plan.append(("07 prep, A2 (13-17)", "07", dict(impl=a2, stages=(1,))))
     plan.append(("07 prep, A2 (13-17), bf16 I/O", "07", dict(impl=a2, stages=(1,), io="bf16")))
-    for label, impl, steps in fast.BF16_IO_IMPLS:
-        if impl in dk.BF16_ONLY_IMPLS:
+    for label, impl, steps in fast.BF16_IO_IMPLS:   # and 22 on bf16 inputs (its fp32 form is beside the ladder)
+        if impl in dk.BF16_ONLY_IMPLS or impl in dk.PRE_IMPLS:
             plan.append((f"{steps[1]} {role[steps[1]]} ({label})", steps[1], dict(impl=impl, stages=(2,), io="bf16")))
     return tuple(plan)
 

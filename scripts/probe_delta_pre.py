@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""GPU probe of 21 -> 22 (``impl="pre"``, bf16 inputs) before notebook 13 records it.
+"""GPU probe of 21 -> 22 (``impl="pre"``) before notebook 13 records it.
 
-    PYTHONPATH=lib python scripts/probe_delta_pre.py [--T 4096 16384] [--bv 16 32] [--out DIR] [--no-fla]
+    PYTHONPATH=lib python scripts/probe_delta_pre.py [--io bf16|fp32] [--T 4096 16384] [--bv 16 32] [--out DIR] [--no-fla]
 
-At B=2, H=16, K=V=128 with bf16 inputs: 21 -> 22 at each value-block width (the whole call, side by side
+At B=2, H=16, K=V=128 with bf16 (or fp32) inputs: 21 -> 22 at each value-block width (the whole call, side by side
 where the launcher runs them so and one after the other, 21 alone, 22 alone; --prep-blocks: 21 alone at
-most N blocks per SM, as beside 22), 07 -> 20 and fla's chunk_kda (bf16) beside them in this one run, and
-22's o and final state against 07 -> 20's (the same products on operands rounded alike: bf16-level differences at most; the
-float64 checks are tests/test_delta_kernels.py's GPU tests). Writes probe_pre.csv to --out (default
+most N blocks per SM, as beside 22), 07 -> 20 (fp32: 07 -> 19) and fla's chunk_kda (bf16) beside them in this one
+run, and 22's o and final state against 07 -> 20's / 19's (the same products on operands rounded alike: bf16-level
+differences at most on bf16 inputs, fp32-level on fp32; the float64 checks are tests/test_delta_kernels.py's GPU
+tests). Writes probe_pre.csv to --out (default
 $OUT or /tmp). Not a recorded run: notebook 13 records what the lab quotes.
 """
 
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--bv", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--io", choices=("bf16", "fp32"), default="bf16")
     ap.add_argument("--budget", type=float, default=0.3)
     ap.add_argument("--prep-blocks", type=int, nargs="*", default=[],
                     help="also time 21 alone with its shared memory padded to at most N blocks per SM")
@@ -43,23 +45,28 @@ def main() -> None:
     chunk_kda, _, _ = fla_functions()
     for T in a.T:
         _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
-        tb = fast.bf16_inputs(d)
+        tb = fast.bf16_inputs(d) if a.io == "bf16" else {n: d[n] for n in ("q", "k", "v", "g", "beta")}
         h0 = d["initial_state"]
-        ref = dk.prepare_tc(**tb, initial_state=h0, output_final_state=True, impl="wide")
+        host = (lambda x: x.float().cpu().numpy()) if a.io == "bf16" else (lambda x: x.get())
+        ref_impl, ref_step = ("wide", "20") if a.io == "bf16" else ("tile", "19")
+        ref = dk.prepare_tc(**tb, initial_state=h0, output_final_state=True, impl=ref_impl)
         o20, s20 = ref.run()
-        o20, s20 = o20.float().cpu().numpy(), s20.get()
-        rows.append(_timed(ref.run, a.budget, implementation="07+20", T=T, bv=ref.bv, stage="all"))
-        rows.append(_timed(lambda: ref.run(stages=(2,)), a.budget, implementation="07+20", T=T, bv=ref.bv, stage="20"))
+        o20, s20 = host(o20), s20.get()
+        rows.append(_timed(ref.run, a.budget, implementation=f"07+{ref_step} {a.io}", T=T, bv=ref.bv, stage="all"))
+        rows.append(_timed(lambda: ref.run(stages=(1,)), a.budget, implementation=f"07+{ref_step} {a.io}", T=T, bv=ref.bv,
+                           stage="07"))
+        rows.append(_timed(lambda: ref.run(stages=(2,)), a.budget, implementation=f"07+{ref_step} {a.io}", T=T, bv=ref.bv,
+                           stage=ref_step))
         del ref
         for bv in a.bv:
             p = dk.prepare_tc(**tb, initial_state=h0, output_final_state=True, impl="pre", bv=bv)
             p.poison()
             o, s = p.run()
-            o, s = o.float().cpu().numpy(), s.get()
+            o, s = host(o), s.get()
             err = dict(rel_o_vs_20=rel_error(o, o20), rel_state_vs_20=rel_error(s, s20), finite=bool(np.isfinite(o).all()))
             print(f"T={T} bv={bv}: {err}", flush=True)
             for st, label in (((1, 2), "all"), ((1,), "21"), ((2,), "22")):
-                rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation="21+22", T=T, bv=bv,
+                rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation=f"21+22 {a.io}", T=T, bv=bv,
                                    stage=label, overlap=p.overlap, **err))
             if a.prep_blocks:   # 21 alone with its shared memory padded so that at most N blocks share an SM (beside
                 cfg = p.launch_configs()["prep"]   # a block of 22, two fit): how its residency sets its time
@@ -74,10 +81,11 @@ def main() -> None:
                                        stage="21"))
             if p.overlap:   # and one after the other, on one stream
                 p.overlap = False
-                rows.append(_timed(p.run, a.budget, implementation="21+22 one after the other", T=T, bv=bv, stage="all"))
+                rows.append(_timed(p.run, a.budget, implementation=f"21+22 {a.io} one after the other", T=T, bv=bv,
+                                   stage="all"))
             del p
         if chunk_kda is not None and not a.no_fla:
-            t = {n: tb[n] for n in ("q", "k", "v", "g", "beta")}
+            t = fast.bf16_inputs(d) if a.io == "fp32" else {n: tb[n] for n in ("q", "k", "v", "g", "beta")}
 
             def call(t=t):
                 with torch.no_grad():
@@ -91,7 +99,7 @@ def main() -> None:
             if c in df]
     print(df[cols].to_string())
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    df.to_csv(Path(a.out) / "probe_pre.csv", index=False)
+    df.to_csv(Path(a.out) / f"probe_pre_{a.io}.csv", index=False)
 
 
 if __name__ == "__main__":

@@ -25,14 +25,14 @@ from attnlab.delta import kernels as dk
 def builds() -> list[tuple]:
     """(impl, K, bv or None, io, defines) of every recurrence build notebook 13's full profile prepares."""
     out = []
-    for _, impl, _ in fast.TC_IMPLS:   # check_correctness: K = V in {64, 128}, both widths (16: one)
+    for _, impl, _ in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS:   # check_correctness: K = V in {64, 128}, both widths (16: one)
         for K in (64, 128):
             for bv in ((None,) if impl in dk.WGRS_IMPLS else dk.SUPPORTED_BV):
                 out.append((impl, K, bv, "fp32", None))
     for _, impl, _ in fast.BF16_IO_IMPLS:   # the target shape's default width
         out.append((impl, 128, None, "bf16", None))
-    for _, impl, defines in fast.PROBE_BUILDS:
-        out.append((impl, 128, None, "bf16" if impl in dk.BF16_ONLY_IMPLS else "fp32", defines or None))
+    for label, impl, defines in fast.PROBE_BUILDS:
+        out.append((impl, 128, None, fast.probe_io(label, impl), defines or None))
     for impl in (fast.BEST_IMPL, *fast.WG_STAMP_IMPLS):
         out.append((impl, 128, None, "bf16" if impl in dk.BF16_ONLY_IMPLS else "fp32",
                     {"KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}))
@@ -61,7 +61,7 @@ def main() -> None:
     # the token-parallel kernels (07, 21) first, here: every worker's plan loads them from the cache
     for task in [("lean", 64, None, "fp32", None), ("lean", 128, None, "fp32", None), ("wgmma", 64, None, "fp32", None),
                  ("wgmma", 128, None, "fp32", None), ("tile", 128, None, "bf16", None), ("lean", 128, None, "bf16", None),
-                 ("pre", 128, None, "bf16", None)]:
+                 ("pre", 128, None, "bf16", None), ("pre", 128, None, "fp32", None)]:
         print(build(task), flush=True)
     with mp.get_context("spawn").Pool(a.workers) as pool:
         for line in pool.imap_unordered(build, tasks):

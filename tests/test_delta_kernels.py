@@ -336,9 +336,6 @@ def test_bf16_io_validation_runs_without_a_gpu():
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="single")
     with pytest.raises(ValueError, match=r"impl='ahead' \(18, 17 with each chunk's P1 a chunk early\) runs on bf16 inputs only.*impl='diet'"):
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="ahead")
-    # and 21 -> 22: its operand images are one bf16 term each
-    with pytest.raises(ValueError, match=r"impl='pre' \(21 -> 22, .*\) runs on bf16 inputs only.*memory bound.*impl='tile'"):
-        dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="pre")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         dk.validate_inputs(**t, initial_state=h0, io="bf16")
@@ -528,8 +525,8 @@ def test_gpu_torch_inputs_and_errors():
         dk.kda_recurrent(**t)
 
 
-#: bf16-input impls whose P1 and P4 are one bf16 product (17, 18, and 19, 20 on bf16 inputs): bf16-accurate
-ONE_TERM_BF16 = (*dk.BF16_ONLY_IMPLS, "tile", "wide")
+#: bf16-input impls whose P1 and P4 are one bf16 product (17, 18, and 19, 20, 22 on bf16 inputs): bf16-accurate
+ONE_TERM_BF16 = (*dk.BF16_ONLY_IMPLS, "tile", "wide", "pre")
 # their bounds, ~2.5x what the H200 gave on these cases (o 1.5e-3, state 2.3e-3 at worst; the three-term
 # impls 1.6e-4 and 4.8e-6 against 5e-4 and 3e-5)
 ONE_TERM_O, ONE_TERM_STATE = 4e-3, 6e-3
@@ -756,6 +753,11 @@ def test_launcher_shared_memory_is_the_static_tables_for_each_io():
         assert 2 * (dk.state_smem_bytes("pre", 128, 128, bv, "bf16") + 1024) <= 228 * 1024, bv
     # and 21 three (its __launch_bounds__): 07's shared memory
     assert dk.PREP_OPS_BLOCKS_PER_SM * (dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, True)) + 1024) <= 228 * 1024
+    # fp32 inputs: 22's hi / lo operand buffers leave room beside it for one block of 21 (07's fp32 layout), not two
+    pre32 = dk.state_smem_bytes("pre", 128, 128, 32, "fp32") + 1024
+    prep32 = dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, False)) + 1024
+    assert pre32 + prep32 <= 228 * 1024 < pre32 + 2 * prep32
+    assert dk.prep_ops_blocks_per_sm(False) == dk.prep_blocks_per_sm(False) == 3
 
 
 def test_pre_launches_21_chunk_major_and_22_with_its_layout():
@@ -768,9 +770,16 @@ def test_pre_launches_21_chunk_major_and_22_with_its_layout():
     assert cfg["prep"]["grid"] == (6, 4, 1) and cfg["prep"]["block"] == (dk.FUSED_THREADS, 1, 1)
     assert cfg["prep"]["smem"] == dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, True))
     assert cfg["state"]["grid"] == (4, 3, 2) and cfg["state"]["block"] == (dk.PRE_THREADS, 1, 1)
-    assert cfg["state"]["smem"] == 4 * dk.pre_smem_words(128, 128, 32) and 2 * (cfg["state"]["smem"] + 1024) <= 228 * 1024
+    assert cfg["state"]["smem"] == 4 * dk.pre_smem_words(128, 128, 32, bf16=True) and 2 * (cfg["state"]["smem"] + 1024) <= 228 * 1024
     assert not plan.overlap and plan.epoch == 0   # side by side only where prepare_tc finds 22's grid fits the SMs
     assert dk.ops_workspace_shape(2, 100, 3, 128) == (2, 3, 4, (64 * 128 + 128 * 128 + 128 * 4) // 4)
+    # fp32 inputs: the hi / lo image (19's fp32 operand buffer: Kd^T, the [Kg; Qg]^T hi and lo tiles, 2^G_L)
+    assert dk.ops_workspace_shape(2, 100, 3, 128, bf16=False) == (2, 3, 4, (3 * 128 * 128 + 128 * 4) // 4)
+    plan = dk.TcPlan(arrays={}, dims=(2, 100, 3, 128, 128), scale=np.float32(128 ** -0.5), bv=32, impl="pre", ws={},
+                     o=None, final_state=None, io="fp32")
+    cfg = plan.launch_configs()
+    assert cfg["prep"]["smem"] == dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, False)) == 4 * dk.prep_smem_words(128)
+    assert cfg["state"]["smem"] == 4 * dk.pre_smem_words(128, 128, 32, bf16=False)
 
 
 def test_static_builds_table_follows_the_instantiation_list(monkeypatch):
@@ -888,6 +897,32 @@ def test_rounding_table_and_generated_bf16_lines():
     assert fast.describe_bf16(faster15, 16384)[1] == ("- Its parts, each alone: 07 (bf16 inputs) 0.900 ms, recurrence 15 "
                                                       "0.500 ms; their sum 1.400 ms against 0.900 ms for the call.")
     assert fast.describe_bf16(lat[lat["implementation"] == fast.FLA], 16384) == []
+
+
+def test_generated_fp32_image_lines_quote_the_tables():
+    """fast.describe_fp32_images (21 -> 22 on fp32 inputs beside 07 -> 19) quotes the latency and memory tables:
+    the calls, what 22 saves against 19 and 21 adds to 07, and the workspace against the bound; nothing where a
+    time is missing."""
+    import pandas as pd
+
+    from attnlab.delta import fast
+
+    a, b = fast.FP32_IMAGES, fast.IMAGES_BASE
+    row = lambda impl, stage, ms, **kw: dict(implementation=impl, dtype="fp32", T=16384, stage=stage, median_ms=ms, **kw)
+    lat = pd.DataFrame([row(a, "all", 1.30, overlap=True), row(a, "21", 0.65), row(a, "22", 0.66),
+                        row(f"{a} one after the other", "all", 1.29, overlap=False),
+                        row(b, "all", 1.28), row(b, "07", 0.36), row(b, "19", 0.94)])
+    mem = pd.DataFrame([dict(implementation=a, dtype="fp32", T=16384, extra_bytes=900 * 2**20),
+                        dict(implementation=fast.FLA, dtype="bf16", T=16384, extra_bytes=1200 * 2**20)])
+    lines = fast.describe_fp32_images(lat, mem, 16384)
+    assert lines[0] == ("- At T=16384, 21 → 22 on fp32 inputs takes 1.300 ms (side by side), 1.290 ms one after the "
+                        "other; 07 → 19 takes 1.280 ms: 0.98× its speed (slower).")
+    assert lines[1] == ("- 22 alone takes 0.660 ms against 19's 0.940 ms (0.280 ms less: 19's element-wise warpgroup's "
+                        "share of the recurrence); 21 alone takes 0.650 ms against 07's 0.360 ms (0.290 ms more: the "
+                        "hi / lo images written). The images take back 104% of what they save.")
+    assert lines[2] == "- Its workspace (07's words, the images, the ready flags) is 900 MiB, 0.75× fla's (bf16) 1200 MiB: past the 0.6× bound."
+    assert fast.describe_fp32_images(lat[lat["stage"] != "21"], mem, 16384) == []
+    assert len(fast.describe_fp32_images(lat, mem.iloc[:0], 16384)) == 2   # no memory rows: no workspace line
 
 
 def test_stress_diff_map_locates_differences():

@@ -121,6 +121,14 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"07<A2>->20: errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"
     assert rel(o, out["dt"][0]) < 3e-6 and rel(s, out["dt"][1]) < 3e-6, \
         f"07<A2>->20 should match 19 to rounding: {rel(o, out['dt'][0]):.2e}, {rel(s, out['dt'][1]):.2e}"
+    # 21 -> 22 on fp32 inputs: 19's three-term chain on 21's hi / lo images, whose Kg, Qg and Kd come from
+    # 13's running sums (2^G, 2^(G_L - G)) in place of 15's running products: the float64 recurrence's bound,
+    # and 19's values to the rounding of those exponentials (a wrong tile, a missing lo word or a stale chunk
+    # is 1e-3 or more away)
+    o, s = read("pr_o", (B, T, H, V)), read("pr_ht", (B, H, K, V))
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"21->22 (fp32): errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"
+    assert rel(o, out["dt"][0]) < 3e-6 and rel(s, out["dt"][1]) < 3e-6, \
+        f"21->22 (fp32) should match 19 to rounding: {rel(o, out['dt'][0]):.2e}, {rel(s, out['dt'][1]):.2e}"
     # 14 is 13 with its inputs multicast to a cluster (all of a head's value blocks, or pairs of them):
     # the same arithmetic on the same values
     for tag, how in (("mc", "one cluster per head"), ("m2", "pairs"), ("m1", "no cluster, plain bulk copies"),
@@ -273,20 +281,26 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
         for name, kernel in plan.kernels.items():
             launch = kernel.launches[-1]
             assert launch["shared_mem"] == cfg[name]["smem"] and launch["block"] == cfg[name]["block"], (impl, name)
-        assert plan.workspace_bytes() == (0 if impl == "fused" else 4 * int(np.prod(dk.ta_workspace_shape(2, 37, 2))))
+        images = (4 * int(np.prod(dk.ops_workspace_shape(2, 37, 2, 64, bf16=False))) + 4 * 2 * 2 * 2
+                  if impl in dk.PRE_IMPLS else 0)   # 21 -> 22: the hi / lo images and the ready flags
+        assert plan.workspace_bytes() == (0 if impl == "fused" else 4 * int(np.prod(dk.ta_workspace_shape(2, 37, 2))) + images)
     o, s = dk.kda_tc(**d)                     # defaults: 07 -> 10, no final state
     assert s is None and rel(o, ref_o) < TOL
 
     checks = fast.check_correctness([dict(B=1, T=33, H=2, K=64, V=64, gate="const", init=True)], seed=1)
-    assert len(checks) == sum(1 if i in dk.WGRS_IMPLS else 2 for _, i, _ in fast.TC_IMPLS) and checks["passed"].all()
+    assert len(checks) == sum(1 if i in dk.WGRS_IMPLS else 2 for _, i, _ in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS)
+    assert checks["passed"].all() and set(checks["implementation"]) >= {fast.FP32_IMAGES}
     assert checks["matches_07_08"].dropna().astype(bool).all()
     assert checks["matches_07_08"].notna().sum() == 2 * len(fast.SAME_AS_08)   # both value-block widths
     mem = fast.peak_memory(1, 2, 64, 64, [40], with_fla=False)
     ws = mem[mem["implementation"] == fast.BEST].iloc[0]
     assert ws["extra_bytes"] == ws["model_bytes"] > 0
+    ws = mem[(mem["implementation"] == fast.FP32_IMAGES) & (mem["dtype"] == "fp32")].iloc[0]   # 21 -> 22's images too
+    assert ws["extra_bytes"] == ws["model_bytes"] > 4 * int(np.prod(dk.ops_workspace_shape(1, 40, 2, 64, bf16=False)))
     assert mem[mem["implementation"] == "06 fused"]["extra_bytes"].iloc[0] == 0
     acc = fast.target_accuracy(1, 2, 64, 64, 40, with_fla=False)
-    assert (acc[acc["implementation"].isin([x[0] for x in fast.TC_IMPLS])][["rel_err_o", "rel_err_state"]] < TOL).all().all()
+    ours = acc[acc["implementation"].isin([x[0] for x in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS]) & (acc["dtype"] == "fp32")]
+    assert fast.FP32_IMAGES in set(ours["implementation"]) and (ours[["rel_err_o", "rel_err_state"]] < TOL).all().all()
 
 
 def test_targets_are_computed_with_their_keys_and_misses_reported():

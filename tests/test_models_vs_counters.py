@@ -194,7 +194,7 @@ def test_delta_workspace_model_meets_the_measured_memory():
     workspace (recurrent: O alone; chunked: O + attnlab.delta.model.workspace_bytes at the default
     chunk), 13 the workspace alone (07+10 and 07+13: 07's T/A words, attnlab.delta.kernels.ta_workspace_shape;
     06 fused: none; the three kernels: 07's chunked workspace; 21+22: 07's words, 21's operand images and its
-    ready flags). Every measurement equals its model
+    ready flags; on fp32 inputs hi / lo images). Every measurement equals its model
     to within the pool's rounding (< 1 MiB) and the recorded model column is today's model."""
     import numpy as np
 
@@ -214,6 +214,9 @@ def test_delta_workspace_model_meets_the_measured_memory():
                      # 21 -> 22 (bf16 I/O): 07's words, 21's operand images, the ready flags
                      "21+22 bf16 I/O": 4 * int(np.prod(dk.ta_workspace_shape(B, T, H)))
                      + 4 * int(np.prod(dk.ops_workspace_shape(B, T, H, K))) + 4 * B * H * -(-T // dk.FUSED_CHUNK),
+                     # ... and on fp32 inputs, whose images hold hi and lo words
+                     "21+22": 4 * int(np.prod(dk.ta_workspace_shape(B, T, H)))
+                     + 4 * int(np.prod(dk.ops_workspace_shape(B, T, H, K, bf16=False))) + 4 * B * H * -(-T // dk.FUSED_CHUNK),
                      }.get(r.implementation)
             if model is None:
                 assert str(r.implementation).startswith("fla"), f"{nb}: no model for {r.implementation}"

@@ -185,7 +185,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         }
     }
     if constexpr (OPS)   // 21: this thread's share of the recurrence's operand image
-        kda_ops_image<K, RPG, BF>(ops + (((long long)b * H + h) * NC + n) * kda_ops_image_bytes(K), c0, r0, G, xq, xk,
+        kda_ops_image<K, RPG, BF>(ops + (((long long)b * H + h) * NC + n) * kda_ops_image_bytes(K, !BF), c0, r0, G, xq, xk,
                                   off0, off1, gl0, gl1, scale);
     __syncthreads();
     KDA_PH(3);

@@ -1,5 +1,5 @@
-// 21 — chunked KDA, token-parallel half for bf16 inputs: 07 (with its A2 output) that also stores each
-// chunk's element-wise operands of the recurrence, as the recurrence's shared memory holds them.
+// 21 — chunked KDA, token-parallel half: 07 (with its A2 output) that also stores each chunk's
+// element-wise operands of the recurrence, as the recurrence's shared memory holds them.
 //
 // What changed from 07, and why. Through 20 the recurrence's element-wise warpgroup (WG_E) made every
 // chunk's Kg, Qg, Kd^T and 2^G_L from the chunk's g, k, q, once per value block: at V = 128 and BV = 32
@@ -13,9 +13,12 @@
 // (ops_image.cuh: Kd^T, [Kg; Qg]^T with the 128-byte swizzle, 2^G_L; 24.5 KB a chunk at K = 128):
 // three 16-byte stores per channel, each a row chunk of a transposed tile, since a thread's tokens of
 // one channel are exactly one such chunk. Step 22 then lands the image with one bulk copy.
-// bf16 inputs only: the image holds one bf16 term per operand, the bf16-I/O path's one-term P1 and P4
-// (17, 19); fp32 inputs' hi and lo words would double it (0.9 GiB at T = 16384, B = 2, H = 16, past
-// issue 13's memory bound).
+// bf16 inputs: the image holds one bf16 term per operand, the bf16-I/O path's one-term P1 and P4 (17, 19).
+// fp32 inputs: hi and lo words (19's fp32 operand buffer, 48.5 KB a chunk at K = 128), for 19's three-term
+// products: as many bytes per element as the q, k and g they are made from, about 0.8 GiB of images at
+// T = 16384, B = 2, H = 16, past issue 13's memory bound. A probe (scripts/probe_delta_pre.py --io fp32, not
+// recorded; notebook 13 records both pairs) found 22 on them about as much faster than 19 as 21 is slower than
+// 07, so the pair sits beside the fp32 ladder, not on it: the bytes the images move cost what WG_E's work did.
 // The arithmetic is 13's (2^G from the running sum, Kd from 2^(G_L - G)), in place of 15's running
 // products; T and A2 are 07's, bit for bit.
 // What the probes found (scripts/probe_delta_pre.py, scripts/probe_delta_timeline.py and Nsight Compute, not
@@ -49,13 +52,13 @@
 #endif
 
 template <int K, int C, bool BF = true>
-__global__ void __launch_bounds__(256, KDA_PREP_OPS_MINB)   // 64 registers: two blocks beside one of 22
+__global__ void __launch_bounds__(256, BF ? KDA_PREP_OPS_MINB : 3)   // bf16: 64 registers, two blocks beside one of 22;
+                                                                      // fp32: 07's three blocks per SM
 kda_chunk_prep_ops(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                    const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
                    unsigned* __restrict__ TA,             // [B, H, NC, 4, C, C/2]: T, A2 = Aqk T
-                   unsigned char* __restrict__ OPS,       // [B, H, NC, kda_ops_image_bytes(K)]
+                   unsigned char* __restrict__ OPS,       // [B, H, NC, kda_ops_image_bytes(K, !BF)]
                    int* __restrict__ ready, int epoch,     // [B, H, NC]: set to epoch once written (epoch > 0)
                    int T, int H, float scale) {
-    static_assert(BF, "the operand image is one bf16 term per operand: bf16 inputs only");
     kda_prep_body<K, C, BF, true, true>(q, k, g, beta, TA, OPS, ready, epoch, T, H, scale);
 }

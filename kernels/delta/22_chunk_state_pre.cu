@@ -1,5 +1,6 @@
-// 22 — chunked KDA for bf16 inputs: 19's chain (17's one-term products) with the element-wise operands
-// made by the token-parallel kernel (21) and landed by one bulk copy a chunk; no element-wise warpgroup.
+// 22 — chunked KDA: 19's chain (17's one-term products on bf16 inputs, 15's three-term ones on fp32) with the
+// element-wise operands made by the token-parallel kernel (21) and landed by one bulk copy a chunk; no
+// element-wise warpgroup.
 //
 // What changed from 19 and 20, and why. In 13-20 the recurrence's element-wise warpgroup (WG_E) made each
 // chunk's Kg, Qg, Kd^T and 2^G_L from the chunk's g, k, q beside the chain warpgroup (WG_C), once per value
@@ -12,12 +13,14 @@
 // its T / A2 words and v into slot n & 1 (which WG_C's thread 0 issued in 19, a chunk ahead, on the
 // chain's path); WG_C waits on the buffer's mbarrier where it waited for WG_E's hand-over (FULL). Beside 21
 // (21_chunk_prep_ops.cu says how they share the GPU) the warp first waits for the chunk's ready flag. WG_C's chain is 19's (17's products, P1's A the
-// [Kg; Qg]^T tile in the buffer, P4's A Kd^T), but for P4's A address: the image keeps only Kd^T's hi
-// words, so at K = 128 its second m64 tile sits in the half of each 128-byte row that held 19's lo words.
-// No staging tile and no WG_E arithmetic: 96 KB of shared memory at BV = 32, 82 KB at 16, so two blocks fit
-// an SM (its __launch_bounds__).
-// The products are 19's on bf16 inputs; Kg, Qg and Kd are 13's arithmetic (running sums, 21), so the
-// results are held, like 17's and 20's, to the float64 model of those roundings.
+// [Kg; Qg]^T tile in the buffer, P4's A Kd^T), but for P4's A address on bf16 inputs: the image keeps only
+// Kd^T's hi words, so at K = 128 its second m64 tile sits in the half of each 128-byte row that held 19's lo
+// words (KdaWgLayout's FOLD). On fp32 inputs the image is 19's fp32 operand buffer, hi and lo, byte for byte.
+// No staging tile and no WG_E arithmetic: on bf16 inputs 96 KB of shared memory at BV = 32, 82 KB at 16, so two
+// blocks fit an SM (its __launch_bounds__); on fp32 inputs 148 KB at BV = 32 (one block beside one of 21).
+// The products are 19's; Kg, Qg and Kd are 13's arithmetic (running sums, 21), so on bf16 inputs the results
+// are held, like 17's and 20's, to the float64 model of those roundings, and on fp32 inputs to 19's values
+// up to the rounding of those exponentials (tests/test_emu_delta_tc.py).
 // What the probes found (scripts/probe_delta_pre.py, not recorded; notebook 13 records 22 beside 17's chain
 // alone): with WG_E gone, 22 runs faster than 17's chain alone (the KDA_PROBE=5 floor, whose WG_E still
 // staged its inputs and handed buffers over); at BV = 16 (256 blocks, two per SM) it runs a little slower
@@ -38,12 +41,11 @@ __global__ void __launch_bounds__(160, KDA_PRE_MINB)
 kda_chunk_state_pre(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                     const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
                     const typename KdaIn<BF>::T* __restrict__ beta, const unsigned* __restrict__ TA,
-                    const unsigned char* __restrict__ OPS,   // [B, H, NC, kda_ops_image_bytes(K)] from 21
+                    const unsigned char* __restrict__ OPS,   // [B, H, NC, kda_ops_image_bytes(K, !BF)] from 21
                     const int* __restrict__ ready, int epoch,   // 21's ready flags [B, H, NC], the call's epoch (0: none)
                     const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
                     int T, int H, float scale, const __grid_constant__ TmaMap tv, const __grid_constant__ TmaMap tta) {
-    static_assert(BF, "21's images hold one bf16 term per operand: bf16 inputs only");
     const TmaMap* maps[5] = {nullptr, nullptr, nullptr, &tv, &tta};
-    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, true, false, true, 32, true>(q, k, v, g, beta, TA, h0, o, ht, T, H,
+    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, BF, false, true, 32, true>(q, k, v, g, beta, TA, h0, o, ht, T, H,
                                                                                  scale, maps, OPS, ready, epoch);
 }

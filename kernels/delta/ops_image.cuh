@@ -1,13 +1,17 @@
 // The element-wise operands of one chunk of one head, as the recurrence of step 22 holds them in an
 // operand buffer of shared memory (KdaWgLayout with PRE), byte for byte: step 21 (the token-parallel
 // kernel) stores them to global memory in this image, 22 lands each chunk's image with one bulk copy.
+// bf16 inputs (one bf16 term each: the bf16-I/O path's one-term P1 and P4, as in 17 and 19):
 //   [0, 8192)            Kd^T = (k 2^(G_L - G))^T, bf16: 64 rows of 128 bytes, 128-byte swizzle; channel c is
 //                        row c % 64, its tokens 8j .. 8j + 7 the 16-byte chunk 4 (c / 64) + j (K = 128 folds
 //                        the second m64 tile into the bytes 19's tile kept for lo words)
 //   [8192, + 128 K)      [Kg; Qg]^T, bf16 (19's MN-major A of P1): row c, chunk 2j Kg = k 2^G of tokens
 //                        8j .., chunk 2j + 1 Qg = scale q 2^G of the same tokens, 128-byte swizzle
 //   [.., + 4 K)          2^G_L, fp32, one per channel
-// One bf16 term each (the bf16-I/O path's one-term P1 and P4, as in 17 and 19).
+// fp32 inputs (hi and lo bf16 words: the three-term products of 15 and 19), 19's fp32 operand buffer:
+//   [0, 128 K)           Kd^T: row c, chunk j its tokens 8j .. hi, chunk 4 + j their lo words
+//   [128 K, + 128 K)     [Kg; Qg]^T hi, as above; [256 K, + 128 K) its lo words
+//   [384 K, + 4 K)       2^G_L
 #pragma once
 
 #include "delta_io.cuh"
@@ -90,7 +94,10 @@ static __shared__ unsigned long long kda_tl_full_wait;   // 22's WG_C thread 0: 
 #define KDA_PH(i) do { } while (0)
 #endif
 
-static __host__ __device__ constexpr int kda_ops_image_bytes(int K) { return KDA_OPS_KD_BYTES + K * 128 + K * 4; }
+// lo: fp32 inputs' image (hi and lo words)
+static __host__ __device__ constexpr int kda_ops_image_bytes(int K, bool lo = false) {
+    return lo ? 3 * K * 128 + K * 4 : KDA_OPS_KD_BYTES + K * 128 + K * 4;
+}
 
 // Byte offset of (row, 16-byte chunk) in a K-major tile of 128-byte rows with the 128-byte swizzle.
 static __device__ __forceinline__ int kda_ops_sw(int row, int ch) {
@@ -103,14 +110,17 @@ static __device__ __forceinline__ int kda_ops_sw(int row, int ch) {
 // of each transposed tile (RPG = 8, K = 128; half of one at RPG = 4, K = 64): whole-chunk stores, since
 // a warp's 4-byte stores to 32 rows at once cost the L2 a sector each (a first form, storing every four
 // tokens' words as they completed to spare registers, ran 21 at five times 07's time). One channel at a
-// time, Kg and Qg first, then Kd: at most 12 words beside the inputs (21 runs at 64 registers, four blocks
-// per SM, with a small spill).
+// time, Kg and Qg first, then Kd: at most 12 words beside the inputs at bf16 (21 runs at 64 registers,
+// four blocks per SM, with a small spill). fp32 inputs (LO): each value split into its hi and lo words,
+// the lo words to the same places of the lo tiles.
 template <int K, int RPG, bool BF>
 static __device__ __forceinline__ void kda_ops_image(unsigned char* img, int c0, int r0, const float (&G)[RPG][2],
                                                      const typename KdaRaw2<BF>::T (&xq)[RPG],
                                                      const typename KdaRaw2<BF>::T (&xk)[RPG], float off0, float off1,
                                                      float gl0, float gl1, float scale) {
     static_assert((RPG == 8 || RPG == 4) && (K == 64 || K == 128), "07's layout: 8 (K = 128) or 4 rows a thread");
+    constexpr bool LO = !BF;                                 // fp32 inputs: hi and lo tiles
+    constexpr int KD = LO ? K * 128 : KDA_OPS_KD_BYTES;      // Kd^T's bytes; [Kg; Qg]^T hi from here
     const int j = r0 / 8, sub = (r0 % 8) * 2;   // the 16-byte chunk of this thread's tokens, and the byte in it
     auto put = [&](unsigned char* p, const unsigned (&w)[RPG / 2]) {
         if constexpr (RPG == 8) *reinterpret_cast<U4*>(p) = U4{w[0], w[1], w[2], w[3]};
@@ -118,10 +128,24 @@ static __device__ __forceinline__ void kda_ops_image(unsigned char* img, int c0,
     };
     const bool odd = (threadIdx.x & 1) != 0;
     const int cb = odd ? c0 - 2 : c0;   // the lane pair's first channel
+    // Kg and Qg of a channel are the two halves of one 32-byte sector of its row (chunks 2j, 2j + 1: the
+    // swizzle moves them as a pair). Lanes 2m and 2m + 1 (channels c0 .. c0 + 3) trade halves so that in
+    // each store the even lane writes a row's Kg and the odd lane the same row's Qg: one whole sector per
+    // lane pair, where each lane's own Kg, Qg would each half-fill one. Even lane: its Kg to row cb + cc,
+    // the odd lane's Kg to row cb + 2 + cc; odd lane: the even lane's Qg to row cb + cc, its Qg to cb + 2 + cc
+    auto put_pair = [&](unsigned char* kq, int cc, const unsigned (&kg)[RPG / 2], const unsigned (&qg)[RPG / 2]) {
+        unsigned got[RPG / 2];
+#pragma unroll
+        for (int q = 0; q < RPG / 2; ++q) got[q] = __shfl_xor_sync(ATTNLAB_FULL_MASK, odd ? kg[q] : qg[q], 1);
+        unsigned char* const r0p = kq + kda_ops_sw(cb + cc, 2 * j + (odd ? 1 : 0)) + sub;
+        unsigned char* const r2p = kq + kda_ops_sw(cb + 2 + cc, 2 * j + (odd ? 1 : 0)) + sub;
+        if (odd) { put(r0p, got); put(r2p, qg); }
+        else { put(r0p, kg); put(r2p, got); }
+    };
 #pragma unroll
     for (int cc = 0; cc < 2; ++cc) {   // one channel at a time (fewer live words: 21 runs at 64 registers)
-        // Kg = k 2^G and Qg = scale q 2^G of channel c0 + cc, token pairs packed
-        unsigned kg[RPG / 2], qg[RPG / 2];
+        // Kg = k 2^G and Qg = scale q 2^G of channel c0 + cc, token pairs packed (LO: and their lo words)
+        unsigned kg[RPG / 2], qg[RPG / 2], kgl[RPG / 2], qgl[RPG / 2];
 #pragma unroll
         for (int u = 0; u < RPG; u += 2) {
             float vk[2], vq[2];
@@ -132,26 +156,22 @@ static __device__ __forceinline__ void kda_ops_image(unsigned char* img, int c0,
                 vk[t] = (cc ? kv.y : kv.x) * e;
                 vq[t] = scale * (cc ? qv.y : qv.x) * e;
             }
-            kg[u / 2] = pack_bf16x2(vk[0], vk[1]);
-            qg[u / 2] = pack_bf16x2(vq[0], vq[1]);
+            if constexpr (LO) {
+                split_bf16x2(vk[0], vk[1], kg[u / 2], kgl[u / 2]);
+                split_bf16x2(vq[0], vq[1], qg[u / 2], qgl[u / 2]);
+            } else {
+                kg[u / 2] = pack_bf16x2(vk[0], vk[1]);
+                qg[u / 2] = pack_bf16x2(vq[0], vq[1]);
+            }
         }
-        // Kg and Qg of a channel are the two halves of one 32-byte sector of its row (chunks 2j, 2j + 1: the
-        // swizzle moves them as a pair). Lanes 2m and 2m + 1 (channels c0 .. c0 + 3) trade halves so that in
-        // each store the even lane writes a row's Kg and the odd lane the same row's Qg: one whole sector per
-        // lane pair, where each lane's own Kg, Qg would each half-fill one. Even lane: its Kg to row cb + cc,
-        // the odd lane's Kg to row cb + 2 + cc; odd lane: the even lane's Qg to row cb + cc, its Qg to cb + 2 + cc
-        unsigned got[RPG / 2];
-#pragma unroll
-        for (int q = 0; q < RPG / 2; ++q) got[q] = __shfl_xor_sync(ATTNLAB_FULL_MASK, odd ? kg[q] : qg[q], 1);
-        unsigned char* const kq = img + KDA_OPS_KD_BYTES;
-        put(kq + kda_ops_sw(cb + cc, 2 * j + (odd ? 1 : 0)) + sub, odd ? got : kg);
-        put(kq + kda_ops_sw(cb + 2 + cc, 2 * j + (odd ? 1 : 0)) + sub, odd ? qg : got);
+        put_pair(img + KD, cc, kg, qg);
+        if constexpr (LO) put_pair(img + KD + K * 128, cc, kgl, qgl);
     }
 #pragma unroll
     for (int cc = 0; cc < 2; ++cc) {   // Kd = k 2^(G_L - G) (exponent <= 0), and 2^G_L
         const int c = c0 + cc;
         const float gl = cc ? gl1 : gl0, off = cc ? off1 : off0;
-        unsigned kd[RPG / 2];
+        unsigned kd[RPG / 2], kdl[RPG / 2];
 #pragma unroll
         for (int u = 0; u < RPG; u += 2) {
             float vk[2];
@@ -160,9 +180,15 @@ static __device__ __forceinline__ void kda_ops_image(unsigned char* img, int c0,
                 const float2 kv = kda_widen2<BF>(xk[u + t]);
                 vk[t] = (cc ? kv.y : kv.x) * fast_exp2(gl - (G[u + t][cc] + off));
             }
-            kd[u / 2] = pack_bf16x2(vk[0], vk[1]);
+            if constexpr (LO) split_bf16x2(vk[0], vk[1], kd[u / 2], kdl[u / 2]);
+            else kd[u / 2] = pack_bf16x2(vk[0], vk[1]);
         }
-        put(img + kda_ops_sw(c % 64, 4 * (c / 64) + j) + sub, kd);   // Kd^T
-        if (r0 == 0) reinterpret_cast<float*>(img + KDA_OPS_KD_BYTES + K * 128)[c] = fast_exp2(gl);
+        if constexpr (LO) {   // 19's rows: channel c is row c, hi chunk j, lo chunk 4 + j
+            put(img + kda_ops_sw(c, j) + sub, kd);
+            put(img + kda_ops_sw(c, 4 + j) + sub, kdl);
+        } else {
+            put(img + kda_ops_sw(c % 64, 4 * (c / 64) + j) + sub, kd);   // Kd^T
+        }
+        if (r0 == 0) reinterpret_cast<float*>(img + KD + (LO ? 2 : 1) * K * 128)[c] = fast_exp2(gl);
     }
 }

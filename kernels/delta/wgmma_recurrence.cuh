@@ -37,8 +37,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr bool PRE = PRE_;                     // 22: the operand buffers are 21's images
-    static_assert(!PRE || (SMA && ONE && NKD_ == 2 && DENSE && NE_ == 32),
-                  "22: 19's one-term loop on tensor-copied slots, two operand buffers, one producer warp");
+    static_assert(!PRE || (SMA && NKD_ == 2 && DENSE && NE_ == 32),
+                  "22: 19's loop on tensor-copied slots, two operand buffers, one producer warp");
+    static constexpr bool FOLD = PRE && ONE;              // 22 on bf16 inputs: Kd^T hi only, K = 128's two m64 tiles folded
     static constexpr int TPC = NE / K;                  // WG_E threads per channel (1, 2; 20 at K = 64: 4)
     static_assert(PRE || ((NE == 128 || NE == 256) && (TPC == 1 || TPC == 2 || (TPC == 4 && DIET_))),
                   "WG_E: one or two warpgroups; four threads a channel only with the running products of 15");
@@ -53,7 +54,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     // NKD = 3: two Kbg, Qg buffers (KQ), then three of Kd^T and 2^G_L (KD)
     static constexpr int NKD = NKD_;
     static_assert(NKD == 2 || NKD == 3, "Kd^T buffers: two (with Kbg, Qg) or three (a ring of their own)");
-    static constexpr int KD_BYTES = PRE ? KDA_OPS_KD_BYTES : K * 128;   // 22: hi only, K = 128's two m64 tiles folded
+    static constexpr int KD_BYTES = FOLD ? KDA_OPS_KD_BYTES : K * 128;   // 22 (bf16): hi only, two m64 tiles folded
     // Kbg and Qg: fp32 rows [C][LE] each, or (SMA) [Kg; Qg]^T as the wgmma's MN-major A: K rows of 64 bf16
     // (P1's rows: Kg of 8 tokens, Qg of the same 8, and so on), 128-byte swizzle, a hi tile and (three-term
     // products) a lo tile
@@ -76,7 +77,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int OFF_MBAR = OFF_STG + NST * STG_BYTES;  // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int IMG_BYTES = KD_BYTES + KQ_BYTES + K * 4;   // 22: one chunk's image (ops_image.cuh)
-    static_assert(!PRE || (NMBAR >= 6 && NST == 0 && IMG_BYTES == kda_ops_image_bytes(K)),
+    static_assert(!PRE || (NMBAR >= 6 && NST == 0 && IMG_BYTES == kda_ops_image_bytes(K, !ONE)),
                   "22: no staging tile, the operand buffers' mbarriers after the slots', 21's image");
     static constexpr int SMEM_BYTES = BYTES + 1024;             // launch size: room to align the base
     static_assert(ST_BYTES % 1024 == 0 && (BV * 128) % 1024 == 0 && KD_BYTES % 1024 == 0 && SLOT_BYTES % 16 == 0,
@@ -529,7 +530,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             for (int term = L::ONE ? 2 : 0; term < 3; ++term)   // 17: the hi x hi term only
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {   // the m64 tiles' chains interleaved
-                    const unsigned a = L::PRE ? kd_a + 64 * mt + 32 * s   // 22: tile 1 in the rows' second half
+                    const unsigned a = L::FOLD ? kd_a + 64 * mt + 32 * s   // 22 (bf16): tile 1 in the rows' second half
                                               : kd_a + mt * 8192 + 32 * s + (term == 0 ? 64 : 0);
                     const unsigned bb = svp_a + 32 * s + (term == 1 ? 64 : 0);
                     wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);

@@ -86,7 +86,7 @@ def guard_intact(a) -> bool:
 
 
 class _Pool:
-    """Counts the bytes of live arrays made by the fake cupy.empty (like CuPy's pool.used_bytes)."""
+    """Counts the bytes of live arrays made by the fake cupy.empty and cupy.zeros (like CuPy's pool.used_bytes)."""
 
     def __init__(self):
         self.used = 0
@@ -116,13 +116,59 @@ class _Pool:
 _POOL = _Pool()
 
 
+class _Event:
+    def __init__(self, stream):
+        self.stream = stream
+
+
+class _Stream:
+    """Stands in for ``cupy.cuda.Stream``. The CPU model runs one kernel at a time, so a launch made while a
+    side stream is current waits, in order, until another stream waits on that stream's event (or it
+    synchronizes): 21 -> 22 side by side (22 on the side stream, launched first) then runs 21 to its end and
+    22 after it, an order in which every ready flag 22 waits for is set (kda_wait_ready's CPU model aborts
+    on one that is not)."""
+    stack: list = []
+
+    def __init__(self, non_blocking: bool = False, priority: int = 0):
+        self.pending: list = []
+
+    def __enter__(self):
+        _Stream.stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _Stream.stack.pop()
+
+    def record(self):
+        return _Event(self)
+
+    def wait_event(self, event):
+        event.stream.synchronize()
+
+    def synchronize(self):
+        while self.pending:
+            self.pending.pop(0)()
+
+
+_MAIN_STREAM = _Stream()
+
+
+def _current_stream() -> _Stream:
+    return _Stream.stack[-1] if _Stream.stack else _MAIN_STREAM
+
+
 def make_fake_cupy() -> types.ModuleType:
     cp = types.ModuleType("cupy")
     cp.ndarray = ndarray
     cp.float32, cp.float64, cp.uint8, cp.uint32 = np.float32, np.float64, np.uint8, np.uint32
     cp.float16, cp.int16, cp.uint16, cp.int32 = np.float16, np.int16, np.uint16, np.int32
     cp.empty = lambda shape, dtype=np.float32: _POOL.alloc(shape, dtype)
-    cp.zeros = lambda shape, dtype=np.float32: _guarded_copy(np.zeros(shape, dtype))
+    def zeros(shape, dtype=np.float32):   # from the pool, as CuPy's are (21 -> 22's images and flags)
+        a = _POOL.alloc(shape, dtype)
+        a[...] = 0
+        return a
+
+    cp.zeros = zeros
     cp.asarray = lambda a, dtype=None: a if (isinstance(a, ndarray) and dtype is None) else _guarded_copy(a, dtype)
     cp.ascontiguousarray = lambda a, dtype=None: _wrap(np.ascontiguousarray(a, dtype=dtype))
     cp.from_dlpack = lambda a: _wrap(np.from_dlpack(a))
@@ -140,7 +186,8 @@ def make_fake_cupy() -> types.ModuleType:
     cp.__getattr__ = _fallback
     cp.get_default_memory_pool = lambda: _POOL
     cuda = types.SimpleNamespace(
-        get_current_stream=lambda: types.SimpleNamespace(synchronize=lambda: None),
+        get_current_stream=_current_stream,
+        Stream=_Stream,
         Device=_Device,
         runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"multiProcessorCount": 132,
                                                                     "name": b"CPU emulation"},
@@ -165,7 +212,8 @@ def _source_text(source: str) -> str:
 
 def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
     """[(kind, name)] of a __global__ function's parameters; kind is 'ptr' (float*), 'uptr'
-    (unsigned*), 'hptr' (unsigned short*: 16-bit values), 'iptr' (int*), 'int', 'float' or 'tmap' (a
+    (unsigned*), 'hptr' (unsigned short*: 16-bit values), 'cptr' (unsigned char*: bytes), 'iptr' (int*), 'int',
+    'float' or 'tmap' (a
     TMA tensor map passed by value)."""
     text = _source_text(source)
     text = re.sub(r"//[^\n]*", "", text)
@@ -188,7 +236,8 @@ def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
         if "TmaMap" in p:
             params.append(("tmap", name))
             continue
-        kind = (("hptr" if re.match(r"(const )?unsigned short\b", p) else "uptr" if re.match(r"(const )?unsigned\b", p)
+        kind = (("hptr" if re.match(r"(const )?unsigned short\b", p) else "cptr" if re.match(r"(const )?unsigned char\b", p)
+                 else "uptr" if re.match(r"(const )?unsigned\b", p)
                  else "iptr" if re.match(r"(const )?int\b", p) else "ptr") if "*" in p else
                 ("int" if re.match(r"(const )?int\b", p) else "float" if re.match(r"(const )?float\b", p) else "?"))
         if kind == "?":
@@ -205,8 +254,8 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
     targs = ", ".join(str(int(a)) for a in template_args)
     call_args, np_, ni, nf = [], 0, 0, 0
     for kind, _ in params:
-        if kind in ("ptr", "uptr", "hptr", "iptr"):
-            ctype = {"ptr": "float", "uptr": "unsigned", "hptr": "unsigned short", "iptr": "int"}[kind]
+        if kind in ("ptr", "uptr", "hptr", "iptr", "cptr"):
+            ctype = {"ptr": "float", "uptr": "unsigned", "hptr": "unsigned short", "iptr": "int", "cptr": "unsigned char"}[kind]
             call_args.append(f"({ctype}*)ptrs[{np_}]")
             np_ += 1
         elif kind == "tmap":   # the map's bytes, laid out as the CPU model's TmaMap (fake_tensor_map_rows)
@@ -286,10 +335,11 @@ class EmuKernel:
                     raise TypeError(f"{self.function}({name}): a tensor map parameter needs {TMAP_BYTES} bytes")
                 ptrs.append(a.ctypes.data)
                 continue
-            if kind in ("ptr", "uptr", "hptr", "iptr"):
+            if kind in ("ptr", "uptr", "hptr", "iptr", "cptr"):
                 if isinstance(a, np.ndarray):
                     want = {"ptr": (np.float32,), "uptr": (np.uint32,), "iptr": (np.int32,),
-                            "hptr": (np.float16, np.int16, np.uint16)}[kind]
+                            "hptr": (np.float16, np.int16, np.uint16),
+                            "cptr": (np.uint8, np.uint32)}[kind]   # bytes: the launcher's images are 32-bit words
                     if a.dtype not in want or not a.flags.c_contiguous:
                         raise TypeError(f"{self.function}({name}): needs a contiguous {np.dtype(want[0]).name} array")
                     ptrs.append(a.ctypes.data)
@@ -309,6 +359,13 @@ class EmuKernel:
         grid = tuple(grid) + (1,) * (3 - len(tuple(grid)))
         block = tuple(block) + (1,) * (3 - len(tuple(block)))
         self.launches.append(dict(grid=grid, block=block, shared_mem=shared_mem))
+        stream = _current_stream()
+        if stream is not _MAIN_STREAM:   # a side stream's launch runs when another stream waits for it
+            stream.pending.append(lambda: self._run(ptrs, ints, floats, grid, block, shared_mem, args))
+            return
+        self._run(ptrs, ints, floats, grid, block, shared_mem, args)
+
+    def _run(self, ptrs, ints, floats, grid, block, shared_mem, args):
         P = (ctypes.c_ulonglong * max(1, len(ptrs)))(*ptrs)
         I = (ctypes.c_int * max(1, len(ints)))(*ints)
         F = (ctypes.c_float * max(1, len(floats)))(*floats)

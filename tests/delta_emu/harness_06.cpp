@@ -288,6 +288,31 @@ int main(int argc, char** argv) {
     }
     write_f32(dir + "/wd_o", o9);
     write_f32(dir + "/wd_ht", ht10);
+    // 21 -> 22 on fp32 inputs: 07<A2> that also stores each chunk's hi / lo operand image (19's fp32 operand
+    // buffer, poisoned first), then 19's three-term chain on those images; 21's grid is (B H, NC), chunk-major
+    {
+        std::vector<unsigned> taf(ta.size(), 0x7fc07fc0u);
+        std::vector<unsigned char> imgf((size_t)B * H * NC * kda_ops_image_bytes(K, true), (unsigned char)0xc0);
+        std::vector<int> readyf((size_t)B * H * NC, 0);
+        emu_launch3(dim3{(unsigned)(B * H), (unsigned)NC, 1u}, LP::NTH, (size_t)(LP::WORDS * 4), [&] {
+            kda_chunk_prep_ops<K, C, false>(q.data(), k.data(), g.data(), beta.data(), taf.data(), imgf.data(),
+                                            readyf.data(), 5, T, H, scale);
+        });
+        for (int f : readyf)
+            if (f != 5) { std::fprintf(stderr, "21 (fp32) left a chunk unpublished\n"); return 1; }
+        if (taf != ta2) { std::fprintf(stderr, "21's T / A2 words (fp32) differ from 07<A2>'s\n"); return 1; }
+        std::fill(o9.begin(), o9.end(), nan);
+        std::fill(ht10.begin(), ht10.end(), nan);
+        using LPF = KdaWgLayout<K, V, C, BV, false, 6, 0, true, 2, true, false, false, true, 32, true>;
+        const TmaMap mv = vmap(v.data(), 4);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LPF::NTH, (size_t)LPF::SMEM_BYTES, [&] {
+            kda_chunk_state_pre<K, V, C, BV, false>(q.data(), k.data(), v.data(), g.data(), beta.data(), taf.data(),
+                                                    imgf.data(), readyf.data(), 5, has_h0 ? h0.data() : nullptr,
+                                                    o9.data(), ht10.data(), T, H, scale, mv, tamap(taf.data()));
+        });
+    }
+    write_f32(dir + "/pr_o", o9);
+    write_f32(dir + "/pr_ht", ht10);
     // 16: the chain turned around (S^T in the accumulators, A operands from registers), 64 value
     // columns per block; 07's T / A2 rows in boxes of C rows
     auto tamap_c = [&](const unsigned* base) {

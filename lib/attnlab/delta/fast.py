@@ -43,6 +43,12 @@ BF16_IO_IMPLS = ((BF16_IO, BEST_IMPL, ("07", "10")), ("07+13 bf16 I/O", "wgmma",
                  ("07+17 bf16 I/O", "single", ("07", "17")), ("07+18 bf16 I/O", "ahead", ("07", "18")),
                  ("07+19 bf16 I/O", "tile", ("07", "19")), ("07+20 bf16 I/O", "wide", ("07", "20")),
                  ("21+22 bf16 I/O", "pre", ("21", "22")))
+#: 21 -> 22 on fp32 inputs (hi / lo operand images): timed, checked and measured beside the ladder, but not one of
+#: its rows (TC_IMPLS): its images take past the memory bound what 19's element-wise warpgroup costs in time
+#: (describe_fp32_images says so from the recorded tables), so the fp32 targets are judged on the ladder
+FP32_IMAGES = "21+22"
+IMAGES_BASE = "07+19"   # the ladder row 21 -> 22 takes the element-wise work out of (19's WG_E)
+FP32_IMAGE_IMPLS = ((FP32_IMAGES, "pre", ("21", "22")),)
 #: the impls that must reproduce 07 -> 08 bit for bit (the same arithmetic, other schedules)
 SAME_AS_08 = ("ws", "lean")
 THREE = "02+03+05 (three kernels)"
@@ -87,6 +93,16 @@ def tc_impls(compute_capability: int | None = None) -> tuple:
         compute_capability = int(cp.cuda.Device().compute_capability)
     need = {k.step: k.min_cc for k in dk.DELTA_KERNELS}
     return tuple(x for x in TC_IMPLS if all(need[s] <= int(compute_capability) for s in x[2]))
+
+
+def fp32_image_impls(compute_capability: int | None = None) -> tuple:
+    """The :data:`FP32_IMAGE_IMPLS` this GPU runs (the registry's ``min_cc`` of every step)."""
+    if compute_capability is None:
+        import cupy as cp
+
+        compute_capability = int(cp.cuda.Device().compute_capability)
+    need = {k.step: k.min_cc for k in dk.DELTA_KERNELS}
+    return tuple(x for x in FP32_IMAGE_IMPLS if all(need[s] <= int(compute_capability) for s in x[2]))
 
 
 def bf16_io_impls(compute_capability: int | None = None) -> tuple:
@@ -146,7 +162,7 @@ def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
     workspace) poisoned with NaN first, errors of o and the final state vs the float64 recurrence
     (on the GPU), and whether 07 -> 09 and 07 -> 10 reproduced 07 -> 08 bit for bit (11 sums the gates
     in another order: it is held to the error bound only)."""
-    rows, impls = [], tc_impls()
+    rows, impls = [], tc_impls() + fp32_image_impls()
     for i, c in enumerate(cases):
         _, d = device_inputs(c["B"], c["T"], c["H"], c["K"], c["V"], seed=seed + i, gate=c["gate"], init=c["init"])
         ref_o, ref_s = kda_recurrent_fp64(**d, output_final_state=True)
@@ -188,7 +204,7 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, with_
         rows.append(dict(implementation=name, dtype=dtype, T=T, rel_err_o=rel_error(o, ref_o),
                          rel_err_state=rel_error(s, ref_s) if s is not None else np.nan))
 
-    for label, impl, _ in tc_impls():
+    for label, impl, _ in tc_impls() + fp32_image_impls():
         plan = dk.prepare_tc(**d, output_final_state=True, impl=impl)
         plan.poison()
         add(label, "fp32", *plan.run())
@@ -246,6 +262,25 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
                         continue   # 07 alone is timed once, with 08
                     rows.append(_timed(lambda p=p, st=st: p.run(stages=(st,)), budget_s, implementation=label,
                                        dtype="fp32", T=T, config=f"C=32 BV={p.bv}", stage=step))
+            del p
+        images = fp32_image_impls()
+        if images and any(x[1] == "tile" for x in tc_impls()):   # what 21 adds to: 07 in the form 19 reads (A2)
+            p = dk.prepare_tc(**d, check_gate=False, impl="tile")
+            rows.append(_timed(lambda p=p: p.run(stages=(1,)), budget_s, implementation=IMAGES_BASE, dtype="fp32",
+                               T=T, config=f"C=32 BV={p.bv}", stage="07"))
+            del p
+        for label, impl, steps in images:   # 21 -> 22 on fp32 inputs: the call, each kernel alone, and
+            p = dk.prepare_tc(**d, check_gate=False, impl=impl)   # (where the call runs them side by side) one after
+            cfg = f"C=32 BV={p.bv}"                                # the other
+            rows.append(_timed(p.run, budget_s, implementation=label, dtype="fp32", T=T, config=cfg, stage="all",
+                               overlap=p.overlap))
+            for st, step in zip((1, 2), steps):
+                rows.append(_timed(lambda p=p, st=st: p.run(stages=(st,)), budget_s, implementation=label,
+                                   dtype="fp32", T=T, config=cfg, stage=step))
+            if p.overlap:
+                p.overlap = False
+                rows.append(_timed(p.run, budget_s, implementation=f"{label} one after the other", dtype="fp32", T=T,
+                                   config=cfg, stage="all", overlap=False))
             del p
         tb = bf16_inputs(d)
         if tb is not None:
@@ -306,7 +341,8 @@ def peak_memory(B: int, H: int, K: int, V: int, T_list: Iterable[int], seed: int
     for T in T_list:
         _, d = device_inputs(B, T, H, K, V, seed=seed)
         out_bytes = 4 * B * T * H * V
-        two = [(lab, impl) for lab, impl, steps in tc_impls() if impl in (BEST_IMPL, "wgmma")]
+        two = [(lab, impl) for lab, impl, steps in tc_impls() + fp32_image_impls()
+               if impl in (BEST_IMPL, "wgmma", *dk.PRE_IMPLS)]
         for label, make in (*[(lab, lambda impl=impl: dk.prepare_tc(**d, check_gate=False, impl=impl)) for lab, impl in two],
                             ("06 fused", lambda: dk.prepare_tc(**d, check_gate=False, impl="fused")),
                             (THREE, lambda: dk.prepare_chunk(**d, check_gate=False))):
@@ -535,11 +571,17 @@ def wgmma_rate_table(shapes=WGMMA_RATE_SHAPES, iters: int = 4096) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-def probe_inputs(d: dict, impl: str) -> tuple[dict, str]:
+def probe_io(label: str, impl: str) -> str:
+    """The storage type a probe build of :data:`PROBE_BUILDS` runs on: bf16 for an impl that takes bf16 inputs
+    only (17, 18) and for a label that says "(bf16 I/O)" (22), fp32 otherwise."""
+    return "bf16" if impl in dk.BF16_ONLY_IMPLS or "(bf16 I/O)" in label else "fp32"
+
+
+def probe_inputs(d: dict, impl: str, io: str | None = None) -> tuple[dict, str]:
     """The inputs a probe of ``impl`` runs on and their storage type: ``d`` ("fp32"), or, for an impl
-    that takes bf16 inputs only (17), q, k, v, g, beta rounded to bf16 (:func:`bf16_inputs`; the
-    initial state stays fp32)."""
-    if impl not in dk.BF16_ONLY_IMPLS:
+    that takes bf16 inputs only (17) or ``io="bf16"``, q, k, v, g, beta rounded to bf16 (:func:`bf16_inputs`;
+    the initial state stays fp32)."""
+    if impl not in dk.BF16_ONLY_IMPLS and io != "bf16":
         return d, "fp32"
     tb = bf16_inputs(d)
     if tb is None:
@@ -556,7 +598,7 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
     for label, impl, defines in PROBE_BUILDS:
         if impl not in ok:
             continue
-        x, io = probe_inputs(d, impl)
+        x, io = probe_inputs(d, impl, probe_io(label, impl))
         p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines or None)
         p.run()
         rows.append(_timed(lambda p=p: p.run(stages=(2,)), budget_s, implementation=label, dtype=io, T=T,
@@ -637,6 +679,47 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _stage_ms(latency: pd.DataFrame, impl: str, T: int, stage: str, dtype: str = "fp32") -> float:
+    r = latency[(latency["implementation"] == impl) & (latency["dtype"] == dtype) & (latency["T"] == T)
+                & (latency["stage"] == stage)]["median_ms"]
+    return float(r.iloc[0]) if len(r) else float("nan")
+
+
+def describe_fp32_images(latency: pd.DataFrame, memory: pd.DataFrame, T: int, bound: float = 0.6) -> list[str]:
+    """Generated lines on 21 -> 22 with fp32 inputs (:data:`FP32_IMAGE_IMPLS`) against the ladder row it changes
+    (:data:`IMAGES_BASE`, 07 -> 19) at T: the two calls, what 22 saves against 19 and what 21 adds to 07 (both
+    alone), and the images' workspace against fla's (bf16) and ``bound``. Empty where a time is missing."""
+    a, b = FP32_IMAGES, IMAGES_BASE
+    call, base = _ms(latency, a, T), _ms(latency, b, T)
+    t21, t22, t07, t19 = (_stage_ms(latency, a, T, "21"), _stage_ms(latency, a, T, "22"),
+                          _stage_ms(latency, b, T, "07"), _stage_ms(latency, b, T, "19"))
+    if not np.isfinite([call, base, t21, t22, t07, t19]).all():
+        return []
+    seq = _ms(latency, f"{a} one after the other", T)
+    how = latency[(latency["implementation"] == a) & (latency["T"] == T) & (latency["stage"] == "all")]
+    side = bool(how["overlap"].iloc[0]) if "overlap" in how and len(how) and pd.notna(how["overlap"].iloc[0]) else False
+    r = base / call
+    lines = [f"- At T={T}, 21 → 22 on fp32 inputs takes {call:.3f} ms ({'side by side' if side else 'one after the other'})"
+             + (f", {seq:.3f} ms one after the other" if np.isfinite(seq) else "")
+             + f"; 07 → 19 takes {base:.3f} ms: {r:.2f}× its speed ({'faster' if r > 1 else 'slower'})."]
+    saved, added = t19 - t22, t21 - t07
+    lines.append(f"- 22 alone takes {t22:.3f} ms against 19's {t19:.3f} ms ({saved:.3f} ms less: 19's element-wise "
+                 f"warpgroup's share of the recurrence); 21 alone takes {t21:.3f} ms against 07's {t07:.3f} ms "
+                 f"({abs(added):.3f} ms {'more' if added >= 0 else 'less'}: the hi / lo images written). The images "
+                 f"take back {max(added, 0) / saved:.0%} of what they save." if saved > 0 else
+                 f"- 22 alone takes {t22:.3f} ms, no less than 19's {t19:.3f} ms; 21 alone {t21:.3f} ms against 07's "
+                 f"{t07:.3f} ms.")
+    m = memory[memory["T"] == T]
+    ours = m[(m["implementation"] == a) & (m["dtype"] == "fp32")]["extra_bytes"]
+    fla = m[(m["implementation"] == FLA) & (m["dtype"] == "bf16")]["extra_bytes"]
+    if len(ours) and len(fla):
+        ratio = float(ours.iloc[0]) / float(fla.iloc[0])
+        lines.append(f"- Its workspace (07's words, the images, the ready flags) is {float(ours.iloc[0]) / 2**20:.0f} MiB, "
+                     f"{ratio:.2f}× fla's (bf16) {float(fla.iloc[0]) / 2**20:.0f} MiB: "
+                     + ("within" if ratio <= bound else "past") + f" the {bound}× bound.")
+    return lines
+
+
 def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
     """Per role and phase: the median over warps of the median cycles, and its share of the period."""
     m = phases.groupby(["role", "phase"], sort=False)["median_cycles"].median().reset_index()
@@ -699,7 +782,8 @@ def targets(latency: pd.DataFrame, accuracy: pd.DataFrame, memory: pd.DataFrame,
         if np.isfinite(bf_big) else
         "not measured in this run (no bf16-I/O timing: the recording predates it, or torch is missing)")
     ours_acc = accuracy[~accuracy["implementation"].str.startswith("fla")
-                        & accuracy["implementation"].isin([x[0] for x in TC_IMPLS]) & (accuracy["dtype"] == "fp32")]
+                        & accuracy["implementation"].isin([x[0] for x in TC_IMPLS + FP32_IMAGE_IMPLS])
+                        & (accuracy["dtype"] == "fp32")]
     worst_t = float(np.nanmax(ours_acc[["rel_err_o", "rel_err_state"]].to_numpy())) if len(ours_acc) else float("nan")
     worst_grid = (float(np.nanmax(checks[["rel_err_o", "rel_err_state"]].to_numpy()))
                   if checks is not None and len(checks) else float("nan"))

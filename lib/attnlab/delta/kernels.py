@@ -20,8 +20,9 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
   bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
   layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``12`` (``"regs"``),
-  or (``"pre"``, bf16 inputs only) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise
-  operands) → ``22`` (19's chain on them, no element-wise warpgroup; sm_90a),
+  or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
+  term each on bf16 inputs, hi and lo words on fp32, a workspace of about the inputs' q, k and g) → ``22`` (19's
+  chain on them, no element-wise warpgroup; sm_90a),
   → ``11`` (``"cluster"``), → ``09`` (``"ws"``) or → ``08`` (``"split"``); or
   ``06_chunk_fused_tc.cu`` alone (``"fused"``).
 
@@ -77,9 +78,6 @@ BF16_ONLY_WHY = {
                "inputs are held to", "impl='diet'"),
     "ahead": ("18, 17 with each chunk's P1 a chunk early", "it takes 17's one-term (bf16-accurate, ~1e-3) products, not "
               "the 1e-4 that fp32 inputs are held to", "impl='diet'"),
-    "pre": ("21 -> 22, the recurrence's element-wise operands made by the token-parallel kernel",
-            "21's operand images hold one bf16 term per operand (fp32 inputs' hi and lo words would double its "
-            "workspace, past issue 13's memory bound)", "impl='tile'"),
 }
 BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -168,12 +166,13 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "each, their running products joined through shared memory: WG_E's chunk, the longest stage of "
                 "19's, at half the length a thread"),
     DeltaKernel("21", "delta/21_chunk_prep_ops.cu", "kda_chunk_prep_ops", "tc",
-                "pair products + inverse, and the recurrence's operands (bf16 inputs)", 80,
-                "07 (A2) that also stores each chunk's Kd^T, [Kg; Qg]^T and 2^G_L, bf16, as the byte image of the "
-                "recurrence's operand buffer: made once per chunk and head instead of once per value block"),
+                "pair products + inverse, and the recurrence's operands", 80,
+                "07 (A2) that also stores each chunk's Kd^T, [Kg; Qg]^T and 2^G_L (bf16; hi and lo words on fp32 "
+                "inputs) as the byte image of the recurrence's operand buffer: made once per chunk and head instead "
+                "of once per value block"),
     DeltaKernel("22", "delta/22_chunk_state_pre.cu", "kda_chunk_state_pre", "tc",
                 "recurrence on warpgroup MMAs, operands from 21, no element-wise warpgroup (sm_90a)", 90,
-                "19's one-term chain with each chunk's operands landed by one bulk copy of 21's image: one producer "
+                "19's chain with each chunk's operands landed by one bulk copy of 21's image: one producer "
                 "warp in place of WG_E (160 threads), no staging tile; 21 and 22 run side by side, 22 waiting for "
                 "each chunk's ready flag in its producer warp"),
 )
@@ -600,8 +599,14 @@ def prep_blocks_per_sm(bf16: bool) -> int:
     return 4 if bf16 else 3
 
 
-#: 21's __launch_bounds__: four blocks per SM, 64 registers (a small spill; 21_chunk_prep_ops.cu says why)
+#: 21's __launch_bounds__ on bf16 inputs: four blocks per SM, 64 registers (a small spill; 21_chunk_prep_ops.cu
+#: says why); on fp32 inputs 07's three
 PREP_OPS_BLOCKS_PER_SM = 4
+
+
+def prep_ops_blocks_per_sm(bf16: bool) -> int:
+    """The blocks per SM 21 is built for: :data:`PREP_OPS_BLOCKS_PER_SM` on bf16 inputs, 07's three on fp32."""
+    return PREP_OPS_BLOCKS_PER_SM if bf16 else prep_blocks_per_sm(False)
 #: Spill bytes (stores, loads, stack) a kernel's static build may show; every other kernel builds without
 #: spills. 21 at 64 registers spills a few dozen bytes and ran faster alone than at 80 without (0.40 against
 #: 0.44 ms, scripts/probe_delta_timeline.py), and only at 64 do two of its blocks fit beside one of 22.
@@ -694,24 +699,25 @@ def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
     return tile_smem_words(K, V, BV, C, bf16) + max(2 * K, 256) - 2 * K
 
 
-def ops_image_bytes(K: int) -> int:
-    """One chunk's operand image from 21 (``kernels/delta/ops_image.cuh``): Kd^T (64 rows of 128 bytes),
-    [Kg; Qg]^T (K rows of 128 bytes) and 2^G_L (K fp32)."""
-    return 64 * 128 + K * 128 + K * 4
+def ops_image_bytes(K: int, bf16: bool = True) -> int:
+    """One chunk's operand image from 21 (``kernels/delta/ops_image.cuh``). bf16 inputs: Kd^T (64 rows of 128
+    bytes), [Kg; Qg]^T (K rows of 128 bytes) and 2^G_L (K fp32); fp32 inputs (hi and lo words, 19's fp32 operand
+    buffer): Kd^T (K rows of 128 bytes), the [Kg; Qg]^T hi and lo tiles, 2^G_L."""
+    return 64 * 128 + K * 128 + K * 4 if bf16 else 3 * K * 128 + K * 4
 
 
-def ops_workspace_shape(B: int, T: int, H: int, K: int, C: int = FUSED_CHUNK) -> tuple:
+def ops_workspace_shape(B: int, T: int, H: int, K: int, C: int = FUSED_CHUNK, bf16: bool = True) -> tuple:
     """21's second output, 22's input: per (b, h, chunk) the operand image, as 32-bit words."""
-    return (B, H, -(-T // C), ops_image_bytes(K) // 4)
+    return (B, H, -(-T // C), ops_image_bytes(K, bf16) // 4)
 
 
-def pre_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = True) -> int:
+def pre_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
     """Dynamic shared memory of ``kda_chunk_state_pre`` (22) in words (``KdaWgLayout`` with PRE): S^T hi and lo,
     X^T and V'^T, two operand buffers of 21's image (rounded up to 1 KiB), two tensor-copied slots (T and A2
-    hi / lo words unpadded, v as bf16), WG_C's 2K floats of part sums (unused), no staging tile, six
+    hi / lo words unpadded, v as stored), WG_C's 2K floats of part sums (unused), no staging tile, six
     mbarriers, and room to align the base."""
-    opb = -(-ops_image_bytes(K) // 1024) * 1024
-    slot = 4 * C * (C // 2) * 4 + C * BV * 2
+    opb = -(-ops_image_bytes(K, bf16) // 1024) * 1024
+    slot = 4 * C * (C // 2) * 4 + C * BV * (2 if bf16 else 4)
     return (2 * K * BV * 2 + 2 * BV * 128 + 2 * opb + 2 * slot + 2 * K * 4 + 6 * 8 + 1024) // 4
 
 
@@ -887,7 +893,7 @@ STATE_IMPLS = {
               lambda K, V, BV, C=FUSED_CHUNK: mc_smem_words(K, V, BV, C, bf16=True)),
     "tile": (TILE_SRC, "kda_chunk_state_tile", WGMMA_THREADS, tile_smem_words),
     "wide": (WIDE_SRC, "kda_chunk_state_wide", WIDE_THREADS, wide_smem_words),
-    "pre": (PRE_SRC, "kda_chunk_state_pre", PRE_THREADS, pre_smem_words),   # bf16 inputs only
+    "pre": (PRE_SRC, "kda_chunk_state_pre", PRE_THREADS, pre_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -1001,7 +1007,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         src, fn, _, words = STATE_IMPLS[impl]
         bf = io == "bf16"     # 07 and the BF16_IMPLS recurrences take it after (K, V, C, BV)
         prep_args = (K, C, bf, impl in PREP_A2_IMPLS)   # 07's A2 flag: Aqk T in place of Aqk (13)
-        prep = (load_kernel(PREP_OPS_SRC, "kda_chunk_prep_ops", (K, C, True)) if impl in PRE_IMPLS   # 21: 07<A2> + images
+        prep = (load_kernel(PREP_OPS_SRC, "kda_chunk_prep_ops", (K, C, bf)) if impl in PRE_IMPLS   # 21: 07<A2> + images
                 else load_kernel(PREP_SRC, "kda_chunk_prep", prep_args))
         kernels = {"prep": prep,
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
@@ -1017,7 +1023,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                                  "impl='wide'")
             # zeroed once: at K = 64 half of each Kd^T row is never written by 21 (no product reads it; 22's copy
             # moves it, and compute-sanitizer's initcheck would count that as a read of uninitialised memory)
-            ws["OPS"] = cp.zeros(ops_workspace_shape(B, T, H, K), dtype=cp.uint32)
+            ws["OPS"] = cp.zeros(ops_workspace_shape(B, T, H, K, bf16=bf), dtype=cp.uint32)
             ws["READY"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
@@ -1102,6 +1108,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * tile_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wide":   # (K, V, C, BV, BF)
         return 4 * wide_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
+    if function == "kda_chunk_state_pre":   # (K, V, C, BV, BF)
+        return 4 * pre_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
@@ -1120,8 +1128,8 @@ def tc_threads(function: str, args: tuple) -> int:
         return FUSED_THREADS
     if function == "kda_chunk_prep":   # (K, C, BF, A2)
         return prep_blocks_per_sm(bool(args[2])) * FUSED_THREADS
-    if function == "kda_chunk_prep_ops":   # (K, C, BF): 21 is built for four blocks per SM
-        return PREP_OPS_BLOCKS_PER_SM * FUSED_THREADS
+    if function == "kda_chunk_prep_ops":   # (K, C, BF): 21 is built for four blocks per SM (fp32: 07's three)
+        return prep_ops_blocks_per_sm(bool(args[2])) * FUSED_THREADS
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return regs_threads(args[3], args[5] if len(args) > 5 else 1)
     for _, fn, threads, _ in STATE_IMPLS.values():
@@ -1181,8 +1189,9 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
         for bf in (False, True):   # 16: 64 value columns a block, whatever the other steps' widths
             out.append((WGRS_SRC, "kda_chunk_state_wgrs", (K, V, FUSED_CHUNK, WGRS_BV, bf)))
-        out.append((PREP_OPS_SRC, "kda_chunk_prep_ops", (K, FUSED_CHUNK, True)))   # 21 and 22: bf16 inputs only
-        out += [(PRE_SRC, "kda_chunk_state_pre", (K, V, FUSED_CHUNK, bv, True)) for bv in bvs]
+        for bf in (False, True):   # 21 and 22: fp32 inputs' hi / lo images, bf16 inputs' one-term ones
+            out.append((PREP_OPS_SRC, "kda_chunk_prep_ops", (K, FUSED_CHUNK, bf)))
+            out += [(PRE_SRC, "kda_chunk_state_pre", (K, V, FUSED_CHUNK, bv, bf)) for bv in bvs]
     return out
 
 
