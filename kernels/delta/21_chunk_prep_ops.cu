@@ -17,8 +17,9 @@
 // fp32 inputs: hi and lo words (19's fp32 operand buffer, 48.5 KB a chunk at K = 128), for 19's three-term
 // products: as many bytes per element as the q, k and g they are made from, about 0.8 GiB of images at
 // T = 16384, B = 2, H = 16, past issue 13's memory bound. A probe (scripts/probe_delta_pre.py --io fp32, not
-// recorded; notebook 13 records both pairs) found 22 on them about as much faster than 19 as 21 is slower than
-// 07, so the pair sits beside the fp32 ladder, not on it: the bytes the images move cost what WG_E's work did.
+// recorded; notebook 13's latency table times both pairs in one run) found 22 on them about as much faster
+// than 19 as 21 is slower than 07, so the pair sits beside the fp32 ladder, not on it: the bytes the images
+// move cost what WG_E's work did.
 // The arithmetic is 13's (2^G from the running sum, Kd from 2^(G_L - G)), in place of 15's running
 // products; T and A2 are 07's, bit for bit.
 // What the probes found (scripts/probe_delta_pre.py, scripts/probe_delta_timeline.py and Nsight Compute, not
