@@ -303,6 +303,31 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
     assert fast.FP32_IMAGES in set(ours["implementation"]) and (ours[["rel_err_o", "rel_err_state"]] < TOL).all().all()
 
 
+def test_latency_table_times_the_fp32_images_beside_the_ladder(fake_cupy, monkeypatch):
+    """fast.time_latency under the CPU model (each entry's call run once, its time a stand-in): 21 -> 22 on fp32
+    inputs gets its call, each kernel alone and (where the launcher runs them side by side) the pair one after the
+    other, and 07 in the form 19 reads gets its own row, so that the notebook's generated lines find them all."""
+    import pandas as pd
+
+    from attnlab.delta import fast
+
+    calls = []
+
+    def timed(fn, budget_s, **row):   # the entry's call, once; a distinct stand-in time per entry
+        fn()
+        calls.append(row)
+        return dict(row, median_ms=1.0 + 0.01 * len(calls), q1_ms=1.0, q3_ms=1.0, rel_iqr=0.0)
+    monkeypatch.setattr(fast, "_timed", timed)
+    lat = fast.time_latency(1, 2, 64, 64, [40], with_fla=False)
+    got = set(zip(lat["implementation"], lat["stage"]))
+    a, b = fast.FP32_IMAGES, fast.IMAGES_BASE
+    assert {(a, "all"), (a, "21"), (a, "22"), (f"{a} one after the other", "all"), (b, "07"), (b, "19")} <= got
+    assert bool(lat[(lat["implementation"] == a) & (lat["stage"] == "all")]["overlap"].iloc[0])
+    assert not any(lab == a for lab, _, _ in fast.TC_IMPLS)   # beside the ladder, not on it
+    lines = fast.describe_fp32_images(lat, pd.DataFrame(columns=["implementation", "dtype", "T", "extra_bytes"]), 40)
+    assert len(lines) == 2 and lines[0].startswith("- At T=40, 21 → 22 on fp32 inputs takes")
+
+
 def test_targets_are_computed_with_their_keys_and_misses_reported():
     import pandas as pd
 
