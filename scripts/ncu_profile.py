@@ -159,8 +159,8 @@ def _delta_13_plan() -> tuple:
     """Notebook 13's launches: the three-kernel form's state pass, then every tensor-core impl of
     attnlab.delta.fast.TC_IMPLS (06 whole; of each two-kernel impl its recurrence, and 07 once), and
     the bf16-I/O paths (attnlab.delta.fast.BF16_IO_IMPLS); 07 with its A2 output at fp32 and bf16 I/O,
-    and the recurrences that run on bf16 inputs only (17). Derived from the registry and TC_IMPLS, so a new
-    delta step is profiled without an edit here."""
+    and the recurrences that run on bf16 inputs only (17); 21 and 22 on fp32 inputs (FP32_IMAGE_IMPLS). Derived
+    from the registry and TC_IMPLS, so a new delta step is profiled without an edit here."""
     from attnlab.delta import fast, kernels as dk
 
     role = {k.step: k.role for k in dk.DELTA_KERNELS}
@@ -182,6 +182,9 @@ def _delta_13_plan() -> tuple:
     for label, impl, steps in fast.BF16_IO_IMPLS:   # and 22 on bf16 inputs (its fp32 form is beside the ladder)
         if impl in dk.BF16_ONLY_IMPLS or impl in dk.PRE_IMPLS:
             plan.append((f"{steps[1]} {role[steps[1]]} ({label})", steps[1], dict(impl=impl, stages=(2,), io="bf16")))
+    for label, impl, steps in fast.FP32_IMAGE_IMPLS:   # 21 -> 22 on fp32 inputs, beside the ladder: each kernel
+        for st, step in zip((1, 2), steps):          # (22 at fp32: the chain with no element-wise work at all)
+            plan.append((f"{step} {role[step]} ({label}, fp32)", step, dict(impl=impl, stages=(st,))))
     return tuple(plan)
 
 
