@@ -8,8 +8,7 @@ where the launcher runs them so and one after the other, 21 alone, 22 alone; --p
 most N blocks per SM, as beside 22), 07 -> 20 (fp32: 07 -> 19) and fla's chunk_kda (bf16) beside them in this one
 run, and 22's o and final state against 07 -> 20's / 19's (the same products on operands rounded alike: bf16-level
 differences at most on bf16 inputs, fp32-level on fp32; the float64 checks are tests/test_delta_kernels.py's GPU
-tests). Writes probe_pre.csv to --out (default
-$OUT or /tmp). Not a recorded run: notebook 13 records what the lab quotes.
+tests). Writes probe_pre_<io>.csv to --out (default $OUT or /tmp). Not a recorded run: notebook 13 records what the lab quotes.
 """
 
 from __future__ import annotations

@@ -163,6 +163,7 @@ def make_fake_cupy() -> types.ModuleType:
     cp.float32, cp.float64, cp.uint8, cp.uint32 = np.float32, np.float64, np.uint8, np.uint32
     cp.float16, cp.int16, cp.uint16, cp.int32 = np.float16, np.int16, np.uint16, np.int32
     cp.empty = lambda shape, dtype=np.float32: _POOL.alloc(shape, dtype)
+
     def zeros(shape, dtype=np.float32):   # from the pool, as CuPy's are (21 -> 22's images and flags)
         a = _POOL.alloc(shape, dtype)
         a[...] = 0
@@ -212,9 +213,8 @@ def _source_text(source: str) -> str:
 
 def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
     """[(kind, name)] of a __global__ function's parameters; kind is 'ptr' (float*), 'uptr'
-    (unsigned*), 'hptr' (unsigned short*: 16-bit values), 'cptr' (unsigned char*: bytes), 'iptr' (int*), 'int',
-    'float' or 'tmap' (a
-    TMA tensor map passed by value)."""
+    (unsigned*), 'hptr' (unsigned short*: 16-bit values), 'cptr' (unsigned char*: bytes), 'iptr' (int*),
+    'int', 'float' or 'tmap' (a TMA tensor map passed by value)."""
     text = _source_text(source)
     text = re.sub(r"//[^\n]*", "", text)
     m = re.search(r"__global__[^;{]*?\b" + re.escape(function) + r"\s*\(", text)
