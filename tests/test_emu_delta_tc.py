@@ -68,17 +68,18 @@ def harness(tmp_path_factory):
     out = tmp_path_factory.mktemp("delta_tc_emu")
     built = {}
 
-    def get(K, V, BV):
-        if (K, V, BV) not in built:
-            exe = out / f"harness_06_{K}_{V}_{BV}"
+    def get(K, V, BV, defines=()):   # defines: a probe build's (-DNAME=1 ...), beside ATTNLAB_EMU_DEFINES
+        key = (K, V, BV, tuple(defines))
+        if key not in built:
+            exe = out / f"harness_06_{K}_{V}_{BV}_{len(built)}"
             cmd = [GXX, "-std=c++20", "-O1", "-pthread", "-include", str(ROOT / "tests/ladder_emu/ladder_emu.h"),
                    "-I", str(ROOT / "kernels"), f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_BV={BV}",
-                   *os.environ.get("ATTNLAB_EMU_DEFINES", "").split(),   # e.g. "-DKDA_P1_CHAINS=3": a probe build's variant
-                   str(ROOT / "tests/delta_emu/harness_06.cpp"), "-o", str(exe)]
+                   *os.environ.get("ATTNLAB_EMU_DEFINES", "").split(),   # e.g. "-DKDA_P1_LDA=1": a probe build's variant
+                   *defines, str(ROOT / "tests/delta_emu/harness_06.cpp"), "-o", str(exe)]
             res = emu_build.run(cmd)
             assert res.returncode == 0, f"build failed:\n{' '.join(cmd)}\n{res.stderr[-4000:]}"
-            built[(K, V, BV)] = exe
-        return built[(K, V, BV)]
+            built[key] = exe
+        return built[key]
 
     return get
 
@@ -193,6 +194,36 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
         assert np.array_equal(o, wb[0]) and np.array_equal(s, wb[1]), f"{label} (bf16 I/O) must reproduce 13 bit for bit"
 
 
+@pytest.mark.parametrize("K, V, BV", [(64, 64, 16), (128, 128, 32)], ids=["K64V64BV16", "K128V128BV32"])
+def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tmp_path, K, V, BV):
+    """KDA_P1_LDA and KDA_P4_LDA (scripts/probe_delta_lda.py) load P1's and P4's A operands from their shared-memory
+    tiles into registers by ldmatrix and issue the same products in the same order: every kernel of the harness
+    (13-22, fp32 and bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
+    and a tail with an initial state, so that P1 multiplies a nonzero state and P4's update is read back (a
+    fragment from the wrong rows, channels or hi / lo half is 1e-3 or more away)."""
+    B, T, H = 1, 70, 2
+    x = random_inputs(B, T, H, K, V, seed=5 + K + BV, gate="mixed", initial_state=True)
+    outs = {}
+    for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1"))):
+        d = tmp_path / name
+        d.mkdir()
+        for n in ("q", "k", "v", "g", "beta"):
+            x[n].astype(np.float32).tofile(d / n)
+        x["initial_state"].astype(np.float32).tofile(d / "h0")
+        res = subprocess.run([str(harness(K, V, BV, defines)), str(d), str(B), str(T), str(H), str(K ** -0.5), "1"],
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        outs[name] = {p.name: p.read_bytes() for p in d.iterdir() if p.name.endswith(("_o", "_ht"))}
+    for tag in ("tl", "tlb", "pr", "prb", "dt", "wg", "sgb"):   # 19, 22 (both inputs), 15, 13, 17 among them
+        assert f"{tag}_o" in outs["recorded"], f"the harness no longer writes {tag}_o"
+    assert outs["probe"].keys() == outs["recorded"].keys()
+    differ = sorted(n for n in outs["recorded"] if outs["probe"][n] != outs["recorded"][n])
+    assert not differ, f"register-operand probe builds differ from the recorded builds in {differ}"
+    ref_o, _ = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
+    o19 = np.frombuffer(outs["probe"]["tl_o"], np.float32).reshape(B, T, H, V)
+    assert rel(o19, ref_o) < TOL   # and what they reproduce is right
+
+
 def test_cluster_kernels_in_eager_order(harness, tmp_path):
     """11 and 14 (a head's value blocks as one cluster), 18 and 22, with every fiber run as far as it can before the
     next starts (EMU_FIBER_ORDER=eager): block 0 then reaches each hand-over long before block 1, so a
@@ -301,6 +332,36 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
     acc = fast.target_accuracy(1, 2, 64, 64, 40, with_fla=False)
     ours = acc[acc["implementation"].isin([x[0] for x in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS]) & (acc["dtype"] == "fp32")]
     assert fast.FP32_IMAGES in set(ours["implementation"]) and (ours[["rel_err_o", "rel_err_state"]] < TOL).all().all()
+
+
+def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
+    """scripts/probe_delta_lda.py's builds through kda_tc's launch path on the CPU model: each form of 19 and 22
+    (fp32 inputs) writes the recorded build's o and final state bit for bit, and the defines do reach the build
+    (KDA_P1_TERMS=1, which drops P1's lo terms, changes o): the comparison is not between two identical builds."""
+    import sys
+
+    from attnlab.delta import kernels as dk
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import probe_delta_lda
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    cp = fake_cupy
+    x = random_inputs(1, 70, 2, 64, 64, seed=3, initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    recorded = {}
+    for impl in ("tile", "pre"):
+        forms = probe_delta_lda.forms_of(impl, "fp32")
+        assert forms[0] == ("recorded build", None) and len(forms) >= 4
+        for label, defines in forms:
+            plan = dk.prepare_tc(**d, output_final_state=True, impl=impl, defines=defines)
+            plan.poison()
+            o, s = (a.get() for a in plan.run())
+            ref = recorded.setdefault(impl, (o, s))
+            assert np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]), f"{impl}, {label}"
+    o1, _ = dk.prepare_tc(**d, output_final_state=True, impl="tile", defines={"KDA_P1_TERMS": 1}).run()
+    assert not np.array_equal(o1.get(), recorded["tile"][0]), "the launcher's defines did not reach the CPU build"
 
 
 def test_latency_table_times_the_fp32_images_beside_the_ladder(fake_cupy, monkeypatch):

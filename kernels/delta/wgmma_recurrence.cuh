@@ -89,6 +89,16 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
 #endif                   // two lo terms cost the chunk (scripts/probe_delta_recurrence.py --build IMPL KDA_P1_TERMS=1)
 static_assert(KDA_P1_TERMS == 1 || KDA_P1_TERMS == 3, "KDA_P1_TERMS: 3 (recorded builds) or 1 (probe)");
 
+#ifndef KDA_P1_LDA
+#define KDA_P1_LDA 0   // probe build (19, 20, 22; results valid): P1's A, [Kg; Qg], from registers, loaded by
+#endif                 // ldmatrix.trans from the buffer's MN-major tile while the chunk before runs P4 (1), or
+                       // read by each wgmma from shared memory (0, as recorded): scripts/probe_delta_lda.py
+static_assert(KDA_P1_LDA == 0 || KDA_P1_LDA == 1, "KDA_P1_LDA: 0 (recorded builds) or 1 (probe)");
+#ifndef KDA_P4_LDA
+#define KDA_P4_LDA 0   // probe build (13-17, 19, 20, 22; results valid): P4's A, Kd^T, from registers, loaded by
+#endif                 // ldmatrix while P2 runs (1), or read by each wgmma from shared memory (0, as recorded)
+static_assert(KDA_P4_LDA == 0 || KDA_P4_LDA == 1, "KDA_P4_LDA: 0 (recorded builds) or 1 (probe)");
+
 #ifndef KDA_LATE_SIDE
 #define KDA_LATE_SIDE 0   // probe build: 13-17's side work issued behind P1 (1) or before it (0, as recorded)
 #endif
@@ -483,7 +493,21 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
 
     // P1's A fragments: rows g8 = Kbg of token i, g8 + 8 = Qg of token i; k step s = channels 16s ..
     unsigned ah[KS][4], al[KS][4];
+    constexpr bool LDA = L::SMA && KDA_P1_LDA;   // probe: the SMA tile's fragments by ldmatrix (KDA_P1_LDA)
     auto build = [&](int n) {
+        if constexpr (LDA) {
+            // [Kg; Qg]^T of chunk n (K rows of 64 bf16, 128-byte swizzle): matrix mi of k step s is rows (channels)
+            // 16s + 8 (mi / 2) .., 16-byte chunk 2 warp + mi % 2 (Kg, then Qg, of this warp's tokens); .trans hands
+            // lane l the pair (k = 2 (l % 4), + 1) of row (token) l / 4: the m64k16 A fragment a0 .. a3
+            const int mi = lane / 8, r = lane % 8;
+            const unsigned a0 = kda_sw128(base + cx.kq_of(n), 8 * (mi / 2) + r, 2 * warp + (mi & 1));
+#pragma unroll
+            for (int s = 0; s < KS; ++s) {
+                ldmatrix_x4_trans_at(ah[s], a0, s * 2048);
+                if constexpr (!L::ONE) ldmatrix_x4_trans_at(al[s], a0, K * 128 + s * 2048);
+            }
+            return;
+        }
         const float* kb = kb_of(n) + i * LE;
         const float* qg = qg_of(n) + i * LE;
 #pragma unroll
@@ -502,7 +526,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
 #pragma unroll
         for (int s = 0; s < KS; ++s) {
             const unsigned off = (s / 4) * (BV * 128) + 32 * (s % 4);
-            if constexpr (L::SMA) {   // 19: A = [Kg; Qg]^T of chunk n, MN-major: k step s is its rows 16s .. (2048 bytes on)
+            if constexpr (L::SMA && !LDA) {   // 19: A = [Kg; Qg]^T of chunk n, MN-major: k step s is its rows 16s .. (2048 bytes on)
                 const unsigned kq = base + cx.kq_of(n) + s * 2048;
                 auto mna = [](unsigned addr) { return wgmma_desc_sw128(addr, 8192, 1024); };
                 if constexpr (!L::ONE && KDA_P1_TERMS == 3) {
@@ -521,6 +545,26 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), 1);
         }
     };
+    // probe (KDA_P4_LDA): P4's A fragments, Kd^T of chunk m ([tile][k step][lo / hi]; ONE: hi only), K-major rows
+    // of the buffer: matrix mi of tile mt, k step s is channels 64 mt + 16 warp + 8 (mi % 2) .., tokens 16s + 8 (mi / 2) ..
+    constexpr bool P4L = KDA_P4_LDA && !L::AHEAD;
+    unsigned kdf[P4L ? MT : 1][2][2][4];
+    auto load_kd = [&](int m) {
+        if constexpr (P4L) {
+            const int mi = lane / 8, r = lane % 8, row = 16 * warp + 8 * (mi & 1) + r;
+            const unsigned kd_a = base + opb(m);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int s = 0; s < 2; ++s)
+#pragma unroll
+                    for (int hl = L::ONE ? 1 : 0; hl < 2; ++hl) {   // 0: lo words (bytes 64 on), 1: hi
+                        const unsigned a = L::FOLD ? kda_sw128(kd_a, row, 4 * mt + 2 * s + mi / 2)
+                                                   : kda_sw128(kd_a + mt * 8192, row, 2 * s + mi / 2 + (hl ? 0 : 4));
+                        ldmatrix_x4_at(kdf[mt][s][hl], a, 0);
+                    }
+        }
+    };
     // P4 of chunk m: S += Kd^T V' (V'^T of chunk m in its tile; the caller fences and commits)
     auto issue_p4 = [&](int m) {
         const unsigned kd_a = base + opb(m);
@@ -533,7 +577,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                     const unsigned a = L::FOLD ? kd_a + 64 * mt + 32 * s   // 22 (bf16): tile 1 in the rows' second half
                                               : kd_a + mt * 8192 + 32 * s + (term == 0 ? 64 : 0);
                     const unsigned bb = svp_a + 32 * s + (term == 1 ? 64 : 0);
-                    wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);
+                    if constexpr (P4L) wgmma_rs_kb<BV, true>(sacc[mt], kdf[mt][s][term == 0 ? 0 : 1], desc(bb), 1);
+                    else wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);   // (probe P4L: load_kd's fragments of a)
                 }
     };
     // P2's A rows of chunk n's slot (warp's tokens: T rows at g8, A2 rows at g8 + 8)
@@ -612,7 +657,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
     };
     full_wait(0);
-    if constexpr (!L::SMA) build(0);
+    if constexpr (!L::SMA || LDA) build(0);
     if constexpr (L::AHEAD) {
         // ====================== 18: chunk n + 1's P1 a chunk early (18_chunk_state_ahead.cu says why)
         // P1 of chunk m = [Kg; Qg]_m S_m = [Kg; Qg]_m (D S)_{m-1} + W_m V'_{m-1}, W_m = [Kg; Qg]_m Kd_{m-1}^T:
@@ -787,6 +832,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_fence();
         issue_p2(p2, ta);
         wgmma_commit();
+        load_kd(n);   // probe (KDA_P4_LDA): P4's A fragments while P2 runs (P4 of chunk n - 1 has read the last ones)
         wgmma_wait<0>();
         fence_regs(p2);
         KDA_STAMP(3);
@@ -803,8 +849,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_commit();
         // while P4 runs: the next chunk's P1 operands (its buffer)
         if (n + 1 < NC) {
-            full_wait(n + 1);   // 19: P1 reads the buffer itself (nothing built)
-            if constexpr (!L::SMA) build(n + 1);
+            full_wait(n + 1);   // 19: P1 reads the buffer itself (nothing built; KDA_P1_LDA: its fragments loaded)
+            if constexpr (!L::SMA || LDA) build(n + 1);
             if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(BAR_EMPTY + ((n + 1) & 1), L::NTH);   // its Kbg / Qg buffer is free
         }
         KDA_STAMP(5);

@@ -249,7 +249,7 @@ def kernel_params(source: str, function: str) -> list[tuple[str, str]]:
 _LIBS: dict[str, ctypes.CDLL] = {}
 
 
-def _library(source: str, function: str, template_args: tuple, build_dir: Path) -> ctypes.CDLL:
+def _library(source: str, function: str, template_args: tuple, build_dir: Path, defines=None) -> ctypes.CDLL:
     params = kernel_params(source, function)
     targs = ", ".join(str(int(a)) for a in template_args)
     call_args, np_, ni, nf = [], 0, 0, 0
@@ -285,6 +285,8 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
         cluster = None
     launch = (f'    emu_launch_cluster(dim3{{gx, gy, gz}}, {cluster}, bx * by * bz, smem, [&] {{\n' if cluster else
               '    emu_launch3(dim3{gx, gy, gz}, bx * by * bz, smem, [&] {\n')
+    # a probe build's macros (attnlab.compile.load_kernel's defines), ahead of everything the kernel includes
+    prelude = "".join(f"#define {name} {int(value)}\n" for name, value in sorted((defines or {}).items())) + prelude
     code = (prelude + f'#include "{source}"\n'
             'extern "C" void emu_run(const unsigned long long* ptrs, const int* ints, const float* floats,\n'
             '                        unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,\n'
@@ -314,10 +316,10 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path) 
 class EmuKernel:
     """Stands in for ``cupy.RawKernel``: same call signature, runs on the CPU."""
 
-    def __init__(self, source: str, function: str, template_args=(), build_dir: Path | None = None):
+    def __init__(self, source: str, function: str, template_args=(), build_dir: Path | None = None, defines=None):
         self.source, self.function, self.template_args = source, function, tuple(template_args)
         self.params = kernel_params(source, function)
-        self.lib = _library(source, function, self.template_args, build_dir or Path("/tmp/attnlab-delta-emu"))
+        self.lib = _library(source, function, self.template_args, build_dir or Path("/tmp/attnlab-delta-emu"), defines)
         self.max_dynamic_shared_size_bytes = 48 * 1024
         self.num_regs = 0   # CuPy's attribute; the CPU model allocates no registers
         self.launches: list[dict] = []
@@ -411,6 +413,6 @@ def install(monkeypatch, build_dir: Path) -> types.ModuleType:
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(attnlab.compile, "load_kernel",
                         lambda source, function, template_args=(), defines=None, arch=None:
-                        EmuKernel(str(source), function, template_args, build_dir))
+                        EmuKernel(str(source), function, template_args, build_dir, defines))
     monkeypatch.setattr(attnlab.tma, "tensor_map_rows", fake_tensor_map_rows)
     return cp

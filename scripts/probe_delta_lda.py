@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""GPU probe: the recurrence's A operands from registers (KDA_P1_LDA, KDA_P4_LDA) against the recorded builds.
+
+    PYTHONPATH=lib python scripts/probe_delta_lda.py [--T 16384] [--workers 15] [--out DIR] [--no-fla]
+
+19, 20 and 22 read P1's A operand, the chunk's [Kg; Qg]^T tile, from shared memory in every wgmma; 13-22 read
+P4's, Kd^T, the same way. At fp32 inputs a k step of P1 is three m64n32k16 wgmmas that read 2 KB of A and 1 KB
+of B each; notebook 13's stamps of 19 put P1 at ~1500 cycles of a ~3400-cycle chunk, against ~1100 for 15's P1,
+whose A came from registers (built at a cost elsewhere). The probe builds load the tiles' fragments once per
+chunk by ldmatrix, off the chain (P1's during the chunk before's P4, P4's during P2), and issue the same
+products, in the same order, from registers: only B is read from shared memory by the wgmma.
+
+At B=2, H=16, K=V=128, one run: 07 -> 19 (fp32 and bf16 inputs) and 21 -> 22 (fp32, bf16) in the recorded
+build and with KDA_P1_LDA, KDA_P4_LDA and both (22 on fp32 inputs at one block per SM, KDA_PRE_MINB=1, in
+every probe form and once as recorded, so that its registers are not capped), each call, its recurrence alone, and the largest
+difference of o and the final state from the recorded build's (same words, same products: expected 0 or
+rounding-level); fla's chunk_kda (bf16) beside them; and 19's clock stamps (fp32, --stamps-T) in each form,
+notebook 13's phase table per form (probe_lda_phases.csv). The builds are compiled first, many at a time
+(scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp). Not a
+recorded run: notebook 13 records what the lab quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnlab.arrays import rel_error
+from attnlab.delta import fast
+from attnlab.delta import kernels as dk
+from attnlab.delta.bench import _timed, device_inputs, fla_functions
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from warm_delta_builds import build  # noqa: E402  (a sibling script: one build in a worker process)
+
+FORMS = {"P1 A from registers": {"KDA_P1_LDA": 1}, "P4 A from registers": {"KDA_P4_LDA": 1},
+         "P1 and P4 A from registers": {"KDA_P1_LDA": 1, "KDA_P4_LDA": 1}}
+CASES = (("tile", "fp32", "07+19"), ("tile", "bf16", "07+19"), ("pre", "fp32", "21+22"), ("pre", "bf16", "21+22"))
+
+
+def forms_of(impl: str, io: str) -> list[tuple[str, dict | None]]:
+    """(label, defines) of each build of a case, the recorded build first (every other is compared with it).
+    22 on fp32 inputs runs at one block per SM in every probe form, and once more so as the reference: its
+    recorded cap, two, makes ptxas spill the register-operand forms, and one 22 block per SM is all that fits
+    its 148 KB of shared memory anyway."""
+    out = [("recorded build", None)]
+    minb = {"KDA_PRE_MINB": 1} if (impl, io) == ("pre", "fp32") else {}
+    if minb:
+        out.append(("recorded build, KDA_PRE_MINB=1", minb))
+    return out + [(label, {**form, **minb}) for label, form in FORMS.items()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--T", type=int, nargs="+", default=[16384])
+    ap.add_argument("--workers", type=int, default=15)
+    ap.add_argument("--budget", type=float, default=0.3)
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--stamps-T", type=int, default=4096,
+                    help="clock stamps of 19 (fp32) in each form at this T (notebook 13's phase table; 0: none)")
+    a = ap.parse_args()
+    import torch
+
+    tasks = [(impl, 128, None, io, tuple(d.items()) if d else None) for impl, io, _ in CASES for _, d in forms_of(impl, io)]
+    stamps = forms_of("tile", "fp32") if a.stamps_T else []
+    tasks += [("tile", 128, None, "fp32", tuple({**(d or {}), "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
+              for _, d in stamps]   # the defines phase_cycles builds with, in its order
+    for task in [("tile", 128, None, "fp32", None), ("pre", 128, None, "fp32", None)]:   # 07 and 21 in the cache first
+        print(build(task), flush=True)
+    with mp.get_context("spawn").Pool(a.workers) as pool:
+        for line in pool.imap_unordered(build, tasks):
+            print(line, flush=True)
+
+    B, H, K, V = 2, 16, 128, 128
+    rows = []
+    chunk_kda, _, _ = fla_functions()
+    for T in a.T:
+        _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
+        for impl, io, label in CASES:
+            x = fast.bf16_inputs(d) if io == "bf16" else {n: d[n] for n in ("q", "k", "v", "g", "beta")}
+            host = (lambda y: y.float().cpu().numpy()) if io == "bf16" else (lambda y: y.get())
+            ref = None
+            for form, fd in forms_of(impl, io):
+                p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, defines=fd)
+                p.poison()
+                o, s = p.run()
+                o, s = host(o), s.get()
+                if ref is None:
+                    ref = (o, s)
+                err = dict(rel_o_vs_recorded=rel_error(o, ref[0]), rel_state_vs_recorded=rel_error(s, ref[1]),
+                           finite=bool(np.isfinite(o).all()))
+                print(f"T={T} {label} {io} {form}: {err}", flush=True)
+                rec = label.split("+")[1]
+                for st, stage in (((1, 2), "all"), ((2,), rec)):
+                    rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation=f"{label} {io}",
+                                       form=form, T=T, bv=p.bv, stage=stage, overlap=p.overlap, **err))
+                del p
+        if chunk_kda is not None and not a.no_fla:
+            t = fast.bf16_inputs(d)
+
+            def call(t=t):
+                with torch.no_grad():
+                    return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+            call()
+            torch.cuda.synchronize()
+            rows.append(_timed(call, a.budget, implementation="fla chunk_kda bf16", form="", T=T, bv=0, stage="all"))
+        del d
+    if stamps:   # where 19's chunk goes in each form: WG_C's phases (warp 0) and WG_E's (warp 4)
+        ph = []
+        for label, d in stamps:
+            t = fast.phase_cycles(B, H, K, V, a.stamps_T, impl="tile", defines=d)
+            ph.append(t[t.warp.isin([0, 4])].assign(form=label))
+        ph = pd.concat(ph)
+        print(ph.pivot_table(index=["role", "phase"], columns="form", values="median_cycles", sort=False).to_string())
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        ph.to_csv(Path(a.out) / "probe_lda_phases.csv", index=False)
+    df = pd.DataFrame(rows)
+    cols = [c for c in ("implementation", "form", "T", "bv", "stage", "median_ms", "rel_iqr", "rel_o_vs_recorded",
+                        "rel_state_vs_recorded") if c in df]
+    print(df[cols].to_string())
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    df.to_csv(Path(a.out) / "probe_lda.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()
