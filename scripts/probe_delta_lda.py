@@ -12,11 +12,12 @@ products, in the same order, from registers: only B is read from shared memory b
 
 At B=2, H=16, K=V=128, one run: 07 -> 19 (fp32 and bf16 inputs) and 21 -> 22 (fp32, bf16) in the recorded
 build and with KDA_P1_LDA, KDA_P4_LDA and both (22 on fp32 inputs at one block per SM, KDA_PRE_MINB=1, in
-every probe form and once as recorded, so that its registers are not capped), each call, its recurrence alone, and the largest
-difference of o and the final state from the recorded build's (same words, same products: expected 0 or
-rounding-level); fla's chunk_kda (bf16) beside them; and 19's clock stamps (fp32, --stamps-T) in each form,
-notebook 13's phase table per form (probe_lda_phases.csv). The builds are compiled first, many at a time
-(scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp). Not a
+every probe form and once as recorded, so that its registers are not capped; 22 on bf16 inputs at BV = 16
+too): each call, its recurrence alone, and the difference of o and the final state from the recorded build's
+at the default width (same words, same products: expected 0; at another width, rounding-level); fla's
+chunk_kda (bf16) beside them; and 19's clock stamps (fp32, --stamps-T) in each form, notebook 13's phase
+table per form (probe_lda_phases.csv). The builds are compiled first, many at a time (scripts/
+warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp). Not a
 recorded run: notebook 13 records what the lab quotes.
 """
 
@@ -41,7 +42,11 @@ from warm_delta_builds import build  # noqa: E402  (a sibling script: one build 
 
 FORMS = {"P1 A from registers": {"KDA_P1_LDA": 1}, "P4 A from registers": {"KDA_P4_LDA": 1},
          "P1 and P4 A from registers": {"KDA_P1_LDA": 1, "KDA_P4_LDA": 1}}
-CASES = (("tile", "fp32", "07+19"), ("tile", "bf16", "07+19"), ("pre", "fp32", "21+22"), ("pre", "bf16", "21+22"))
+#: (impl, inputs, label, value-block widths): 22 on bf16 inputs at BV = 16 too (two blocks per SM), where the recorded
+#: build ran slower than at 32 (notebook 13's probe note): each chain's wgmmas re-read the whole A tile for half the
+#: columns, which the register forms no longer do
+CASES = (("tile", "fp32", "07+19", (None,)), ("tile", "bf16", "07+19", (None,)), ("pre", "fp32", "21+22", (None,)),
+         ("pre", "bf16", "21+22", (None, 16)))
 
 
 def forms_of(impl: str, io: str) -> list[tuple[str, dict | None]]:
@@ -68,7 +73,8 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    tasks = [(impl, 128, None, io, tuple(d.items()) if d else None) for impl, io, _ in CASES for _, d in forms_of(impl, io)]
+    tasks = [(impl, 128, bv, io, tuple(d.items()) if d else None)
+             for impl, io, _, bvs in CASES for bv in bvs for _, d in forms_of(impl, io)]
     stamps = forms_of("tile", "fp32") if a.stamps_T else []
     tasks += [("tile", 128, None, "fp32", tuple({**(d or {}), "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
               for _, d in stamps]   # the defines phase_cycles builds with, in its order
@@ -83,12 +89,13 @@ def main() -> None:
     chunk_kda, _, _ = fla_functions()
     for T in a.T:
         _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
-        for impl, io, label in CASES:
+        for impl, io, label, bvs in CASES:
             x = fast.bf16_inputs(d) if io == "bf16" else {n: d[n] for n in ("q", "k", "v", "g", "beta")}
             host = (lambda y: y.float().cpu().numpy()) if io == "bf16" else (lambda y: y.get())
-            ref = None
-            for form, fd in forms_of(impl, io):
-                p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, defines=fd)
+            ref = None   # the recorded build at the default width: every form and width is compared with it
+            for bv, (form, fd) in ((bv, f) for bv in bvs for f in forms_of(impl, io)):
+                p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, bv=bv,
+                                  defines=fd)
                 p.poison()
                 o, s = p.run()
                 o, s = host(o), s.get()
@@ -96,7 +103,7 @@ def main() -> None:
                     ref = (o, s)
                 err = dict(rel_o_vs_recorded=rel_error(o, ref[0]), rel_state_vs_recorded=rel_error(s, ref[1]),
                            finite=bool(np.isfinite(o).all()))
-                print(f"T={T} {label} {io} {form}: {err}", flush=True)
+                print(f"T={T} {label} {io} bv={p.bv} {form}: {err}", flush=True)
                 rec = label.split("+")[1]
                 for st, stage in (((1, 2), "all"), ((2,), rec)):
                     rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation=f"{label} {io}",
