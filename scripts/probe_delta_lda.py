@@ -13,11 +13,12 @@ products, in the same order, from registers: only B is read from shared memory b
 At B=2, H=16, K=V=128, one run: 07 -> 19 (fp32 and bf16 inputs) and 21 -> 22 (fp32, bf16) in the recorded
 build and with KDA_P1_LDA, KDA_P4_LDA and both (22 on fp32 inputs at one block per SM, KDA_PRE_MINB=1, in
 every probe form and once as recorded, so that its registers are not capped; 22 on bf16 inputs at BV = 16
-too): each call, its recurrence alone, and the difference of o and the final state from the recorded build's
-at the default width (same words, same products: expected 0; at another width, rounding-level); fla's
-chunk_kda (bf16) beside them; and 19's clock stamps (fp32, --stamps-T) in each form, notebook 13's phase
-table per form (probe_lda_phases.csv). The builds are compiled first, many at a time (scripts/
-warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp). Not a
+too), and 07 on fp32 inputs in the bf16 path's aliased layout at four blocks per SM (KDA_PREP_ALIAS): each
+call, its recurrence alone (and 07 alone), and the difference of o and the final state from the recorded
+build's at the default width (same words, same products: expected 0; at another width, rounding-level);
+fla's chunk_kda (bf16) beside them; and 19's clock stamps (fp32, --stamps-T) in each recurrence form,
+notebook 13's phase table per form (probe_lda_phases.csv). The recurrences' builds are compiled first, many
+at a time (scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp). Not a
 recorded run: notebook 13 records what the lab quotes.
 """
 
@@ -49,16 +50,22 @@ CASES = (("tile", "fp32", "07+19", (None,)), ("tile", "bf16", "07+19", (None,)),
          ("pre", "bf16", "21+22", (None, 16)))
 
 
-def forms_of(impl: str, io: str) -> list[tuple[str, dict | None]]:
-    """(label, defines) of each build of a case, the recorded build first (every other is compared with it).
-    22 on fp32 inputs runs at one block per SM in every probe form, and once more so as the reference: its
-    recorded cap, two, makes ptxas spill the register-operand forms, and one 22 block per SM is all that fits
-    its 148 KB of shared memory anyway."""
-    out = [("recorded build", None)]
+def forms_of(impl: str, io: str) -> list[tuple[str, dict | None, dict | None]]:
+    """(label, the recurrence's defines, 07's defines) of each build of a case, the recorded build first (every
+    other is compared with it). 22 on fp32 inputs runs at one block per SM in every probe form, and once more so
+    as the reference: its recorded cap, two, makes ptxas spill the register-operand forms, and one 22 block per
+    SM is all that fits its 148 KB of shared memory anyway. 07 on fp32 inputs (before 19) also runs in the bf16
+    path's aliased layout, four blocks per SM (KDA_PREP_ALIAS; 64 registers, no spill in the static build)."""
+    out = [("recorded build", None, None)]
     minb = {"KDA_PRE_MINB": 1} if (impl, io) == ("pre", "fp32") else {}
     if minb:
-        out.append(("recorded build, KDA_PRE_MINB=1", minb))
-    return out + [(label, {**form, **minb}) for label, form in FORMS.items()]
+        out.append(("recorded build, KDA_PRE_MINB=1", minb, None))
+    out += [(label, {**form, **minb}, None) for label, form in FORMS.items()]
+    if (impl, io) == ("tile", "fp32"):
+        alias = {"KDA_PREP_ALIAS": 1}
+        out += [("07 aliased (four blocks per SM)", None, alias),
+                ("07 aliased, P1 and P4 A from registers", FORMS["P1 and P4 A from registers"], alias)]
+    return out
 
 
 def main() -> None:
@@ -73,9 +80,9 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    tasks = [(impl, 128, bv, io, tuple(d.items()) if d else None)
-             for impl, io, _, bvs in CASES for bv in bvs for _, d in forms_of(impl, io)]
-    stamps = forms_of("tile", "fp32") if a.stamps_T else []
+    tasks = list(dict.fromkeys((impl, 128, bv, io, tuple(d.items()) if d else None)   # the recurrences' builds (07's
+                               for impl, io, _, bvs in CASES for bv in bvs for _, d, _ in forms_of(impl, io)))   # compile inline)
+    stamps = [(label, d) for label, d, p in forms_of("tile", "fp32") if not p] if a.stamps_T else []
     tasks += [("tile", 128, None, "fp32", tuple({**(d or {}), "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
               for _, d in stamps]   # the defines phase_cycles builds with, in its order
     for task in [("tile", 128, None, "fp32", None), ("pre", 128, None, "fp32", None)]:   # 07 and 21 in the cache first
@@ -93,9 +100,9 @@ def main() -> None:
             x = fast.bf16_inputs(d) if io == "bf16" else {n: d[n] for n in ("q", "k", "v", "g", "beta")}
             host = (lambda y: y.float().cpu().numpy()) if io == "bf16" else (lambda y: y.get())
             ref = None   # the recorded build at the default width: every form and width is compared with it
-            for bv, (form, fd) in ((bv, f) for bv in bvs for f in forms_of(impl, io)):
+            for bv, (form, fd, pd) in ((bv, f) for bv in bvs for f in forms_of(impl, io)):
                 p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, bv=bv,
-                                  defines=fd)
+                                  defines=fd, prep_defines=pd)
                 p.poison()
                 o, s = p.run()
                 o, s = host(o), s.get()
@@ -105,7 +112,7 @@ def main() -> None:
                            finite=bool(np.isfinite(o).all()))
                 print(f"T={T} {label} {io} bv={p.bv} {form}: {err}", flush=True)
                 rec = label.split("+")[1]
-                for st, stage in (((1, 2), "all"), ((2,), rec)):
+                for st, stage in (((1, 2), "all"), ((2,), rec)) + ((((1,), label.split("+")[0]),) if impl == "tile" else ()):
                     rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation=f"{label} {io}",
                                        form=form, T=T, bv=p.bv, stage=stage, overlap=p.overlap, **err))
                 del p

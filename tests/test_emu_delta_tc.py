@@ -197,14 +197,15 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
 @pytest.mark.parametrize("K, V, BV", [(64, 64, 16), (128, 128, 32)], ids=["K64V64BV16", "K128V128BV32"])
 def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tmp_path, K, V, BV):
     """KDA_P1_LDA and KDA_P4_LDA (scripts/probe_delta_lda.py) load P1's and P4's A operands from their shared-memory
-    tiles into registers by ldmatrix and issue the same products in the same order: every kernel of the harness
-    (13-22, fp32 and bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
+    tiles into registers by ldmatrix and issue the same products in the same order, and KDA_PREP_ALIAS runs 07 on
+    fp32 inputs in the bf16 path's aliased layout: every kernel of the harness (07 -> 08-20 and 21 -> 22, fp32 and
+    bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
     and a tail with an initial state, so that P1 multiplies a nonzero state and P4's update is read back (a
     fragment from the wrong rows, channels or hi / lo half is 1e-3 or more away)."""
     B, T, H = 1, 70, 2
     x = random_inputs(B, T, H, K, V, seed=5 + K + BV, gate="mixed", initial_state=True)
     outs = {}
-    for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1"))):
+    for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=1"))):
         d = tmp_path / name
         d.mkdir()
         for n in ("q", "k", "v", "g", "beta"):
@@ -337,7 +338,8 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
 def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
     """scripts/probe_delta_lda.py's builds through kda_tc's launch path on the CPU model: each form of 19 and 22
     (fp32 inputs) writes the recorded build's o and final state bit for bit, and the defines do reach the build
-    (KDA_P1_TERMS=1, which drops P1's lo terms, changes o): the comparison is not between two identical builds."""
+    (KDA_P1_TERMS=1, which drops P1's lo terms, changes o): the comparison is not between two identical builds.
+    07's probe build (KDA_PREP_ALIAS, 19's forms) is launched with its aliased layout's shared memory."""
     import sys
 
     from attnlab.delta import kernels as dk
@@ -351,17 +353,25 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
     x = random_inputs(1, 70, 2, 64, 64, seed=3, initial_state=True)
     d = {n: cp.asarray(a) for n, a in x.items()}
     recorded = {}
+    o0, _ = dk.prepare_tc(**d, output_final_state=True, impl="tile").run()
+    o1, _ = dk.prepare_tc(**d, output_final_state=True, impl="tile", defines={"KDA_P1_TERMS": 1}).run()
+    assert not np.array_equal(o1.get(), o0.get()), "the launcher's defines did not reach the CPU build"
     for impl in ("tile", "pre"):
         forms = probe_delta_lda.forms_of(impl, "fp32")
-        assert forms[0] == ("recorded build", None) and len(forms) >= 4
-        for label, defines in forms:
-            plan = dk.prepare_tc(**d, output_final_state=True, impl=impl, defines=defines)
+        assert forms[0] == ("recorded build", None, None) and len(forms) >= 4
+        for label, defines, prep_defines in forms:
+            plan = dk.prepare_tc(**d, output_final_state=True, impl=impl, defines=defines, prep_defines=prep_defines)
+            assert (plan.kernels["state"].defines, plan.kernels["prep"].defines) == (defines or {}, prep_defines or {})
+            if prep_defines:   # 07 in the aliased layout, launched with that layout's shared memory (a launch smaller
+                smem = plan.launch_configs()["prep"]["smem"]   # than the kernel's layout traps in the CPU model):
+                assert smem == 4 * dk.prep_smem_words(64, bf16=True) < 4 * dk.prep_smem_words(64), label   # the bf16 path's
+                assert 4 * (4 * dk.prep_smem_words(128, alias=True) + 1024) <= 228 * 1024   # four blocks fit an SM
             plan.poison()
             o, s = (a.get() for a in plan.run())
             ref = recorded.setdefault(impl, (o, s))
             assert np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]), f"{impl}, {label}"
-    o1, _ = dk.prepare_tc(**d, output_final_state=True, impl="tile", defines={"KDA_P1_TERMS": 1}).run()
-    assert not np.array_equal(o1.get(), recorded["tile"][0]), "the launcher's defines did not reach the CPU build"
+    with pytest.raises(ValueError, match="probe builds of 07"):
+        dk.prepare_tc(**d, impl="pre", prep_defines={"KDA_PREP_ALIAS": 1})
 
 
 def test_latency_table_times_the_fp32_images_beside_the_ladder(fake_cupy, monkeypatch):

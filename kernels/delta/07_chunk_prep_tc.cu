@@ -30,6 +30,9 @@
 // registers across one more barrier): ~54 KB a block, four blocks per SM on the bf16 path (whose
 // 07 waited on its loads with three: Nsight Compute counted barrier and long-scoreboard stalls with
 // 36 % of the warps active), three on the fp32 path (its registers: 64 a thread would spill).
+// The probe build KDA_PREP_ALIAS=1 runs the fp32 path in the bf16 path's aliased layout (Akk / Aqk kept in
+// registers across the barrier, ~54 KB): nvcc 13's static build fits it in 64 registers with no spill (the
+// recorded layout spills a few bytes there), so four blocks per SM; scripts/probe_delta_lda.py times it.
 #pragma once   // 21 includes this file for kda_prep_body
 
 #include "delta_common.cuh"
@@ -37,8 +40,14 @@
 #include "delta_io.cuh"
 #include "ops_image.cuh"
 
+#ifndef KDA_PREP_ALIAS
+#define KDA_PREP_ALIAS 0   // probe build (07 on fp32 inputs; results valid): the bf16 path's shared-memory aliasing and
+#endif                     // four blocks per SM (1), or the late arrays in their own space and three (0, as recorded)
+static_assert(KDA_PREP_ALIAS == 0 || KDA_PREP_ALIAS == 1, "KDA_PREP_ALIAS: 0 (recorded builds) or 1 (probe)");
+
 template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (bf16 path)
 struct KdaPrepLayout {
+    static constexpr bool AL = ALIAS;
     static constexpr int NW = 8;
     static constexpr int NTH = 32 * NW;
     static constexpr int LK = K / 2 + 4;        // words per row of [.][K] bf16-pair arrays
@@ -70,7 +79,8 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
               unsigned* __restrict__ TA, unsigned char* __restrict__ ops, int* __restrict__ ready, int epoch, int T,
               int H, float scale) {
-    using L = KdaPrepLayout<K, C, BF>;   // bf16 path: four blocks per SM, the late arrays in the operands' space
+    // bf16 path (probe KDA_PREP_ALIAS: 07 on fp32 too): four blocks per SM, the late arrays in the operands' space
+    using L = KdaPrepLayout<K, C, BF || (KDA_PREP_ALIAS && !OPS)>;
     static_assert(C == 32, "the inverse works on two 16 x 16 blocks: chunks of 32");
     static_assert(K == 64 || K == 128, "K in {64, 128}");
     constexpr int NTH = L::NTH, NQ = L::NQ, RPG = C / NQ;
@@ -111,7 +121,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
 
     // zero T and Aqk (their upper blocks are never written; ALIAS: zeroed once the pair products are
     // done), the flag; beta
-    if constexpr (!BF)
+    if constexpr (!L::AL)
         for (int idx = tid; idx < 4 * C * LC; idx += NTH) TH[idx] = 0u;
     if (tid == 0) *sFlag = 0;
     if (tid < C) sBeta[tid] = (t0 + tid < TT) ? kda_ld1<BF>(beta + (b * TT + t0 + tid) * H + h) : 0.0f;
@@ -240,7 +250,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
             for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) keep[4 * jj + e] = acc[jj][0][e] + acc[jj][1][e];
-            if constexpr (!BF) store_fast(prod, mt, nb);   // its own space: stored at once (fewer registers)
+            if constexpr (!L::AL) store_fast(prod, mt, nb);   // its own space: stored at once (fewer registers)
         }
     } else {
         // Exact path: every (i, j <= i) pair with one exp2 per channel; no factor can overflow.
@@ -257,7 +267,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
             ak = (j < i) ? sBeta[i] * sk2 : 0.0f;
             aq = (j <= i) ? scale * sq2 : 0.0f;
         };
-        if constexpr (BF) {   // kept until the operands are read
+        if constexpr (L::AL) {   // kept until the operands are read
 #pragma unroll
             for (int u = 0; u < C * C / NTH; ++u) pair(tid + u * NTH, keep[u], keep[4 + u]);
         } else {              // their own space: stored at once (fewer registers)
@@ -267,15 +277,15 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
             }
         }
     }
-    if constexpr (BF) __syncthreads();   // every operand read: the space is Akk, T, Y and the output arrays from here
+    if constexpr (L::AL) __syncthreads();   // every operand read: the space is Akk, T, Y and the output arrays from here
     KDA_PH(4);
     if (!slow) {
-        if (BF && warp < MT * (MT + 1)) {
+        if (L::AL && warp < MT * (MT + 1)) {
             int mt, nb;
             block_of(mt, nb);
             store_fast(warp % 2, mt, nb);
         }
-    } else if constexpr (BF) {
+    } else if constexpr (L::AL) {
 #pragma unroll
         for (int u = 0; u < C * C / NTH; ++u) store_exact(tid + u * NTH, keep[u], keep[4 + u]);
     }
@@ -284,7 +294,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
 
     // ---- T = (I + Akk)^-1: warp 0 inverts both diagonal blocks (lane = column j of block bb;
     // right-looking substitution, a 16-FMA dependent chain), then all threads form T10 = -T11 A10 T00.
-    if (BF && warp != 0) {   // meanwhile (ALIAS): the upper-right 16 x 16 block of each output array (read by the copy out only)
+    if (L::AL && warp != 0) {   // meanwhile (ALIAS): the upper-right 16 x 16 block of each output array (read by the copy out only)
         for (int idx = tid - 32; idx < 4 * 16 * 8; idx += NTH - 32) {
             const int arr = idx / 128, r = (idx / 8) % 16, w = idx % 8;
             TH[arr * C * LC + r * LC + 8 + w] = 0u;
@@ -393,7 +403,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
 
 template <int K, int C, bool BF = false,   // BF: q, k, g, beta in bf16 (notebook 13's bf16-I/O path)
           bool A2 = false>                 // A2: write Aqk T in place of Aqk (kernel 13)
-__global__ void __launch_bounds__(256, BF ? 4 : 3)   // blocks per SM: kernels.prep_blocks_per_sm
+__global__ void __launch_bounds__(256, BF || KDA_PREP_ALIAS ? 4 : 3)   // blocks per SM: kernels.prep_blocks_per_sm
 kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
                unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]

@@ -318,6 +318,7 @@ class EmuKernel:
 
     def __init__(self, source: str, function: str, template_args=(), build_dir: Path | None = None, defines=None):
         self.source, self.function, self.template_args = source, function, tuple(template_args)
+        self.defines = dict(defines or {})   # a probe build's macros, as the launcher asked for them
         self.params = kernel_params(source, function)
         self.lib = _library(source, function, self.template_args, build_dir or Path("/tmp/attnlab-delta-emu"), defines)
         self.max_dynamic_shared_size_bytes = 48 * 1024

@@ -584,13 +584,20 @@ def fused_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return fp32 + pairs
 
 
-def prep_smem_words(K: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+def prep_smem_words(K: int, C: int = FUSED_CHUNK, bf16: bool = False, alias: bool | None = None) -> int:
     """Dynamic shared memory of ``kda_chunk_prep`` (07) in words (mirrors ``KdaPrepLayout``; on the bf16
-    path Akk, T and the output arrays share the operands' space)."""
+    path, ``alias`` by default, Akk, T and the output arrays share the operands' space; ``alias=True`` at
+    fp32: the probe build KDA_PREP_ALIAS, :func:`prep_alias`)."""
     LK, LC, LA = K // 2 + 4, C // 2 + 4, C + 2
     NQ = FUSED_THREADS // (K // 2)
-    late = 0 if bf16 else 2 * C * LA + 16 * 17 + 4 * C * LC
+    late = 0 if (bf16 if alias is None else alias) else 2 * C * LA + 16 * 17 + 4 * C * LC
     return max(6 * C * LK, 3 * C * K) + late + NQ * K + C + 4
+
+
+def prep_alias(bf16: bool, prep_defines: dict | None) -> bool:
+    """Whether 07's build shares the operands' space with its late arrays: on bf16 inputs always, at fp32 in the
+    probe build KDA_PREP_ALIAS=1 (07_chunk_prep_tc.cu; four blocks per SM, scripts/probe_delta_lda.py)."""
+    return bf16 or bool((prep_defines or {}).get("KDA_PREP_ALIAS", 0))
 
 
 def prep_blocks_per_sm(bf16: bool) -> int:
@@ -781,6 +788,7 @@ class TcPlan:
     overlap: bool = False
     epoch: int = 0
     side_stream: Any = field(repr=False, default=None)
+    prep_alias: bool | None = None   # 07's late arrays in the operands' space (None: on bf16 inputs; prep_alias)
 
     @property
     def state_kernel(self) -> str:
@@ -805,7 +813,7 @@ class TcPlan:
         state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1),
                      smem=state_smem_bytes(self.impl, K, V, self.bv, self.io))
         return {"prep": dict(grid=(B * H, NC, 1) if self.impl in PRE_IMPLS else (NC, H, B), block=(FUSED_THREADS, 1, 1),
-                             smem=4 * prep_smem_words(K, bf16=self.io == "bf16")),
+                             smem=4 * prep_smem_words(K, bf16=self.io == "bf16", alias=self.prep_alias)),
                 "state": state}
 
     def poison(self) -> None:
@@ -952,9 +960,10 @@ DEFAULT_TC_IMPL = "lean"
 
 def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                output_final_state: bool = False, bv: int | None = None, check_gate: bool = True,
-               impl: str = DEFAULT_TC_IMPL, defines: dict | None = None) -> TcPlan:
+               impl: str = DEFAULT_TC_IMPL, defines: dict | None = None, prep_defines: dict | None = None) -> TcPlan:
     """Validate, allocate and compile once; ``run()`` only launches (07 and a recurrence of
-    :data:`STATE_IMPLS`, or 06). ``defines`` go to the recurrence kernel's compiler (probe builds only).
+    :data:`STATE_IMPLS`, or 06). ``defines`` go to the recurrence kernel's compiler, ``prep_defines`` to 07's
+    (probe builds only; 07's shared memory follows KDA_PREP_ALIAS, :func:`prep_alias`).
 
     bf16 I/O: q, k, v, g, beta given as torch bfloat16 tensors select bf16 loads and a bf16 o in 07
     and the recurrence (10 or 12; the arithmetic, the initial and the final state stay fp32)."""
@@ -999,6 +1008,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl={impl!r} runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
                          "pass bv=32 or impl='lean'")
     C = FUSED_CHUNK
+    if prep_defines and (impl == "fused" or impl in PRE_IMPLS):
+        raise ValueError(f"prep_defines are probe builds of 07; impl={impl!r} runs "
+                         f"{'06 alone' if impl == 'fused' else '21 in its place'}")
     if impl == "fused":
         kernels = {"fused": load_kernel(FUSED_SRC, "kda_chunk_fused", (K, V, C, bv))}
         kernels["fused"].max_dynamic_shared_size_bytes = 4 * fused_smem_words(K, V, bv)
@@ -1008,12 +1020,12 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         bf = io == "bf16"     # 07 and the BF16_IMPLS recurrences take it after (K, V, C, BV)
         prep_args = (K, C, bf, impl in PREP_A2_IMPLS)   # 07's A2 flag: Aqk T in place of Aqk (13)
         prep = (load_kernel(PREP_OPS_SRC, "kda_chunk_prep_ops", (K, C, bf)) if impl in PRE_IMPLS   # 21: 07<A2> + images
-                else load_kernel(PREP_SRC, "kda_chunk_prep", prep_args))
+                else load_kernel(PREP_SRC, "kda_chunk_prep", prep_args, defines=prep_defines))
         kernels = {"prep": prep,
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + state_extra_args(impl, V, bv),
                                         defines=defines, arch=STATE_ARCH.get(impl))}
-        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf)
+        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf, alias=prep_alias(bf, prep_defines))
         kernels["state"].max_dynamic_shared_size_bytes = state_smem_bytes(impl, K, V, bv, io)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
         if impl in PRE_IMPLS:   # 21's operand images and ready flags, 22's inputs
@@ -1046,7 +1058,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                      tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, 4 * C, swizzle=64))
         else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
             maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
-    plan = TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps)
+    plan = TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps,
+                  prep_alias=prep_alias(io == "bf16", prep_defines) if prep_defines else None)
     if impl in PRE_IMPLS:   # side by side only where 22's grid leaves an SM free (side_by_side_safe)
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         plan.overlap = side_by_side_safe(B, H, V, int(bv), sms)
