@@ -5,8 +5,8 @@
 
 19, 20 and 22 read P1's A operand, the chunk's [Kg; Qg]^T tile, from shared memory in every wgmma; 13-22 read
 P4's, Kd^T, the same way. At fp32 inputs a k step of P1 is three m64n32k16 wgmmas that read 2 KB of A and 1 KB
-of B each; notebook 13's stamps of 19 put P1 at ~1500 cycles of a ~3400-cycle chunk, against ~1100 for 15's P1,
-whose A came from registers (built at a cost elsewhere). The probe builds load the tiles' fragments once per
+of B each. Notebook 13's recorded stamps (its phase table) have 19's P1 among the longest stages of its chunk and
+15's P1, whose A came from registers (built at a cost elsewhere), well shorter. The probe builds load the tiles' fragments once per
 chunk by ldmatrix, off the chain (P1's during the chunk before's P4, P4's during P2), and issue the same
 products, in the same order, from registers: only B is read from shared memory by the wgmma.
 

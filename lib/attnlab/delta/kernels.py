@@ -1008,6 +1008,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl={impl!r} runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
                          "pass bv=32 or impl='lean'")
     C = FUSED_CHUNK
+    alias = prep_alias(io == "bf16", prep_defines)   # 07's layout (the fused path has no 07)
     if prep_defines and (impl == "fused" or impl in PRE_IMPLS):
         raise ValueError(f"prep_defines are probe builds of 07; impl={impl!r} runs "
                          f"{'06 alone' if impl == 'fused' else '21 in its place'}")
@@ -1025,7 +1026,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + state_extra_args(impl, V, bv),
                                         defines=defines, arch=STATE_ARCH.get(impl))}
-        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf, alias=prep_alias(bf, prep_defines))
+        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf, alias=alias)
         kernels["state"].max_dynamic_shared_size_bytes = state_smem_bytes(impl, K, V, bv, io)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
         if impl in PRE_IMPLS:   # 21's operand images and ready flags, 22's inputs
@@ -1059,7 +1060,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
             maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
     plan = TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps,
-                  prep_alias=prep_alias(io == "bf16", prep_defines) if prep_defines else None)
+                  prep_alias=alias)
     if impl in PRE_IMPLS:   # side by side only where 22's grid leaves an SM free (side_by_side_safe)
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         plan.overlap = side_by_side_safe(B, H, V, int(bv), sms)
