@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU probe: the recurrence's A operands from registers (KDA_P1_LDA, KDA_P4_LDA) against the recorded builds.
+"""GPU probe: the recurrence's A operands from registers (KDA_P1_LDA, KDA_P4_LDA; 23) against the recorded builds.
 
     PYTHONPATH=lib python scripts/probe_delta_lda.py [--T 16384] [--workers 15] [--out DIR] [--no-fla]
 
@@ -17,7 +17,10 @@ too), and 07 on fp32 inputs in the bf16 path's aliased layout at four blocks per
 call, its recurrence alone (and 07 alone), and the difference of o and the final state from the recorded
 build's at the default width (same words, same products: expected 0; at another width, rounding-level);
 fla's chunk_kda (bf16) beside them; and 19's clock stamps (fp32, --stamps-T) in each recurrence form,
-notebook 13's phase table per form (probe_lda_phases.csv). The recurrences' builds are compiled first, many
+notebook 13's phase table per form (probe_lda_phases.csv). 23 (07 -> 23, fp32 inputs: 19's operands with the chain
+turned around in registers, every A operand a register fragment) runs beside them as built, after 07 in the aliased
+layout, and with its element-wise warpgroup idle (KDA_PROBE=5: the chain alone, results meaningless), with its
+stamps too. The recurrences' builds are compiled first, many
 at a time (scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp). Not a
 recorded run: notebook 13 records what the lab quotes.
 """
@@ -47,7 +50,7 @@ FORMS = {"P1 A from registers": {"KDA_P1_LDA": 1}, "P4 A from registers": {"KDA_
 #: build ran slower than at 32 (notebook 13's probe note): each chain's wgmmas re-read the whole A tile for half the
 #: columns, which the register forms no longer do
 CASES = (("tile", "fp32", "07+19", (None,)), ("tile", "bf16", "07+19", (None,)), ("pre", "fp32", "21+22", (None,)),
-         ("pre", "bf16", "21+22", (None, 16)))
+         ("pre", "bf16", "21+22", (None, 16)), ("hilo", "fp32", "07+23", (None,)))
 
 
 def forms_of(impl: str, io: str) -> list[tuple[str, dict | None, dict | None]]:
@@ -57,6 +60,9 @@ def forms_of(impl: str, io: str) -> list[tuple[str, dict | None, dict | None]]:
     SM is all that fits its 148 KB of shared memory anyway. 07 on fp32 inputs (before 19) also runs in the bf16
     path's aliased layout, four blocks per SM (KDA_PREP_ALIAS; 64 registers, no spill in the static build)."""
     out = [("recorded build", None, None)]
+    if impl == "hilo":   # 23: no P1 / P4 forms (its every A operand is a register fragment already)
+        return out + [("07 aliased (four blocks per SM)", None, {"KDA_PREP_ALIAS": 1}),
+                      ("chain alone, WG_E arithmetic idle (KDA_PROBE=5; results meaningless)", {"KDA_PROBE": 5}, None)]
     minb = {"KDA_PRE_MINB": 1} if (impl, io) == ("pre", "fp32") else {}
     if minb:
         out.append(("recorded build, KDA_PRE_MINB=1", minb, None))
@@ -82,9 +88,10 @@ def main() -> None:
 
     tasks = list(dict.fromkeys((impl, 128, bv, io, tuple(d.items()) if d else None)   # the recurrences' builds (07's
                                for impl, io, _, bvs in CASES for bv in bvs for _, d, _ in forms_of(impl, io)))   # compile inline)
-    stamps = [(label, d) for label, d, p in forms_of("tile", "fp32") if not p] if a.stamps_T else []
-    tasks += [("tile", 128, None, "fp32", tuple({**(d or {}), "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
-              for _, d in stamps]   # the defines phase_cycles builds with, in its order
+    stamps = ([("tile", label, d) for label, d, p in forms_of("tile", "fp32") if not p] + [("hilo", "23", None)]
+              if a.stamps_T else [])
+    tasks += [(impl, 128, None, "fp32", tuple({**(d or {}), "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
+              for impl, _, d in stamps]   # the defines phase_cycles builds with, in its order
     for task in [("tile", 128, None, "fp32", None), ("pre", 128, None, "fp32", None)]:   # 07 and 21 in the cache first
         print(build(task), flush=True)
     with mp.get_context("spawn").Pool(a.workers) as pool:
@@ -126,10 +133,10 @@ def main() -> None:
             torch.cuda.synchronize()
             rows.append(_timed(call, a.budget, implementation="fla chunk_kda bf16", form="", T=T, bv=0, stage="all"))
         del d
-    if stamps:   # where 19's chunk goes in each form: WG_C's phases (warp 0) and WG_E's (warp 4)
+    if stamps:   # where 19's chunk goes in each form, and 23's: WG_C's phases (warp 0) and WG_E's (warp 4)
         ph = []
-        for label, d in stamps:
-            t = fast.phase_cycles(B, H, K, V, a.stamps_T, impl="tile", defines=d)
+        for impl, label, d in stamps:
+            t = fast.phase_cycles(B, H, K, V, a.stamps_T, impl=impl, defines=d)
             ph.append(t[t.warp.isin([0, 4])].assign(form=label))
         ph = pd.concat(ph)
         print(ph.pivot_table(index=["role", "phase"], columns="form", values="median_cycles", sort=False).to_string())

@@ -105,9 +105,9 @@ def quick_check(impls, builds=()) -> pd.DataFrame:
         outs = {}
         runs = [(i, None) for i in ["wgmma", *[i for i in impls if i != "wgmma"]]] + list(builds)
         for impl, defines in runs:
-            if io == "fp32" and impl in dk.BF16_ONLY_IMPLS:
+            if (io == "fp32" and impl in dk.BF16_ONLY_IMPLS) or (io == "bf16" and impl in dk.FP32_ONLY_IMPLS):
                 continue
-            p = dk.prepare_tc(**x, output_final_state=True, bv=None if impl in dk.WGRS_IMPLS else 32, check_gate=False,
+            p = dk.prepare_tc(**x, output_final_state=True, bv=None if impl in dk.FIXED_BV else 32, check_gate=False,
                               impl=impl, defines=defines)
             p.poison()
             o, s = p.run()
@@ -129,7 +129,7 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
     for T in T_list:
         _, d = db.device_inputs(B, T, H, K, V, seed=T)
         for impl in [i for i in TWO_KERNEL if (impls is None or i in impls) and "fp32" in ios]:
-            for bv in (None,) if impl in dk.WGRS_IMPLS else bvs or dk.SUPPORTED_BV:   # every value-block width an impl takes
+            for bv in (None,) if impl in dk.FIXED_BV else bvs or dk.SUPPORTED_BV:   # every value-block width an impl takes
                 p = dk.prepare_tc(**d, check_gate=False, impl=impl, bv=bv)
                 rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}", config=f"BV={p.bv}", T=T))
                 rows.append(db._timed(lambda p=p: p.run(stages=(2,)), budget,
@@ -141,7 +141,7 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
         tb = fast.bf16_inputs(d) if "bf16" in ios else None
         if tb is not None:
             for impl in [i for i in dk.BF16_IMPLS if impls is None or i in impls]:
-                for bv in (None,) if impl in dk.WGRS_IMPLS else bvs or dk.SUPPORTED_BV:
+                for bv in (None,) if impl in dk.FIXED_BV else bvs or dk.SUPPORTED_BV:
                     p = dk.prepare_tc(**tb, check_gate=False, impl=impl, bv=bv)
                     rows.append(db._timed(p.run, budget, implementation=f"07 + {impl}, bf16 I/O",
                                           config=f"BV={p.bv}", T=T))
@@ -155,9 +155,9 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
         for impl, defines in builds:   # --build: a recurrence built with other macros, timed as its plain build is
             label = f"{impl} " + ",".join(f"{k_}={v_}" for k_, v_ in defines.items())
             for io, x in (("fp32", d if "fp32" in ios else None), ("bf16", tb)):
-                if x is None or (io == "fp32" and impl in dk.BF16_ONLY_IMPLS):
+                if x is None or (io == "fp32" and impl in dk.BF16_ONLY_IMPLS) or (io == "bf16" and impl in dk.FP32_ONLY_IMPLS):
                     continue
-                for bv in (None,) if impl in dk.WGRS_IMPLS else bvs or (None,):   # --bv: each width asked for
+                for bv in (None,) if impl in dk.FIXED_BV else bvs or (None,):   # --bv: each width asked for
                     p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines, bv=bv)
                     sfx = ", bf16 I/O" if io == "bf16" else ""
                     rows.append(db._timed(p.run, budget, implementation=f"07 + {label}{sfx}", config=f"BV={p.bv}", T=T))

@@ -27,7 +27,7 @@ def builds() -> list[tuple]:
     out = []
     for _, impl, _ in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS:   # check_correctness: K = V in {64, 128}, both widths (16: one)
         for K in (64, 128):
-            for bv in ((None,) if impl in dk.WGRS_IMPLS else dk.SUPPORTED_BV):
+            for bv in ((None,) if impl in dk.FIXED_BV else dk.SUPPORTED_BV):
                 out.append((impl, K, bv, "fp32", None))
     for _, impl, _ in fast.BF16_IO_IMPLS:   # the target shape's default width
         out.append((impl, 128, None, "bf16", None))

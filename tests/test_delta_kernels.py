@@ -229,6 +229,19 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert r.ptx.count("wgmma.mma_async.sync.aligned.m64n") == 3 * args[0] // 16 + 12
         assert "stmatrix" not in r.ptx and "mma.sync" not in r.ptx
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
+    elif function == "kda_chunk_state_hilo":
+        # 23: 16's turned-around chain at 32 value columns (a column's hi / lo terms a row pair): a chunk's P1 two
+        # m64n64 wgmmas a k step (B hi, lo), P2 and A2 X four m64n32 each, P4 eight m64n(K/2) (two halves of the
+        # channels); every A from registers; nothing of the chain through stmatrix, and WG_E's tensor copies as in 19
+        wg = [ln for ln in r.ptx.splitlines() if "wgmma.mma_async.sync.aligned.m64n" in ln]
+        shapes = {n: sum(f".m64n{n}k16." in ln for ln in wg) for n in (32, 64, 128)}
+        want = {32: 8, 64: 2 * K // 16, 128: 0}
+        want[K // 2] += 8
+        assert shapes == want, f"{r.name}: wgmma shapes {shapes}, expected {want}"
+        assert all("}, {" in ln for ln in wg), f"{r.name}: a wgmma with A from shared memory"
+        assert "stmatrix" not in r.ptx and "mma.sync" not in r.ptx
+        assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
+        assert "fence.proxy.async.shared::cta" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                       "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide",
                       "kda_chunk_state_pre"):
@@ -259,7 +272,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [" in r.ptx
         assert "multicast" not in r.ptx and "mapa" not in r.ptx
     if function in ("kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single",
-                    "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wgrs", "kda_chunk_state_wide"):
+                    "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wgrs", "kda_chunk_state_wide",
+                    "kda_chunk_state_hilo"):
         # 14-20: the copy engine (async proxy) refills the staging tile once WG_E's barrier releases it, so
         # WG_E's loads of it are fenced for the async proxy before that barrier (scripts/stress_delta.py
         # caught 19 reading the next chunk's g, k without it): a barrier of WG_E's threads, all but WG_C's 128
@@ -336,6 +350,10 @@ def test_bf16_io_validation_runs_without_a_gpu():
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="single")
     with pytest.raises(ValueError, match=r"impl='ahead' \(18, 17 with each chunk's P1 a chunk early\) runs on bf16 inputs only.*impl='diet'"):
         dk.prepare_tc(**{n: x[n] for n in ("q", "k", "v", "g", "beta")}, impl="ahead")
+    # 23 pairs each value column's hi and lo terms in the accumulator's rows: fp32 inputs only
+    with pytest.raises(ValueError, match=r"impl='hilo' \(23, a value column's hi and lo terms as a pair of accumulator rows\) "
+                                         r"runs on fp32 inputs only: .*lo row zero.*pass impl='pre' or float32 inputs"):
+        dk.prepare_tc(**t, impl="hilo")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         dk.validate_inputs(**t, initial_state=h0, io="bf16")
@@ -711,7 +729,8 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide"}   # 11, 13-16, 19, 20: clusters, wgmma, bulk and tensor copies
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide", "hilo"}   # 11, 13-16, 19, 20, 23:
+    # clusters, wgmma, bulk and tensor copies
     # (17, "single", and 18, "ahead", are bf16-I/O paths only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()
@@ -737,7 +756,7 @@ def test_launcher_shared_memory_is_the_static_tables_for_each_io():
     """Each recurrence is launched with the shared memory its layout needs for the I/O type (bf16 inputs:
     smaller staging tiles and v, 19's and 20's one-term tiles), as tc_smem_bytes lists it for the static build."""
     for impl, (_, fn, _, _) in dk.STATE_IMPLS.items():
-        bv = dk.WGRS_BV if impl in dk.WGRS_IMPLS else 32
+        bv = dk.FIXED_BV.get(impl, 32)
         for io in dk.SUPPORTED_IO:
             bf = io == "bf16"
             if (bf and impl not in dk.BF16_IMPLS) or (not bf and impl in dk.BF16_ONLY_IMPLS) or impl in dk.CLUSTER_IMPLS:

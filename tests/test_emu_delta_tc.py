@@ -122,6 +122,16 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"07<A2>->20: errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"
     assert rel(o, out["dt"][0]) < 3e-6 and rel(s, out["dt"][1]) < 3e-6, \
         f"07<A2>->20 should match 19 to rounding: {rel(o, out['dt'][0]):.2e}, {rel(s, out['dt'][1]):.2e}"
+    # 23: 19's operands, the chain turned around with each value column's hi and lo terms as a row pair: the
+    # products of the same words plus their lo x lo term, in another order (the float64 bound, 19's values to
+    # rounding; a dropped or misplaced hi / lo row is 1e-3 or more away). It runs 32 value columns a block only.
+    o, s = read("hl_o", (B, T, H, V)), read("hl_ht", (B, H, K, V))
+    if BV == 32:
+        assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"07<A2>->23: errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"
+        assert rel(o, out["dt"][0]) < 1e-5 and rel(s, out["dt"][1]) < 1e-5, \
+            f"07<A2>->23 should match 19 to rounding: {rel(o, out['dt'][0]):.2e}, {rel(s, out['dt'][1]):.2e}"
+    else:
+        assert np.isnan(o).all() and np.isnan(s).all(), "23 is not run at 16 value columns a block"
     # 21 -> 22 on fp32 inputs: 19's three-term chain on 21's hi / lo images, whose Kg, Qg and Kd come from
     # 13's running sums (2^G, 2^(G_L - G)) in place of 15's running products: the float64 recurrence's bound,
     # and 19's values to the rounding of those exponentials (a wrong tile, a missing lo word or a stale chunk
@@ -316,11 +326,15 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
         images = (4 * int(np.prod(dk.ops_workspace_shape(2, 37, 2, 64, bf16=False))) + 4 * 2 * 2 * 2
                   if impl in dk.PRE_IMPLS else 0)   # 21 -> 22: the hi / lo images and the ready flags
         assert plan.workspace_bytes() == (0 if impl == "fused" else 4 * int(np.prod(dk.ta_workspace_shape(2, 37, 2))) + images)
+    for impl, bv in dk.FIXED_BV.items():   # 16 and 23: their width is the chain's, any other is one line
+        with pytest.raises(ValueError, match=rf"impl='{impl}' \(kernel {dk.state_step(impl)}\) runs {bv} value columns per "
+                                             r"block, got bv=16; leave bv unset"):
+            dk.prepare_tc(**d, impl=impl, bv=16)
     o, s = dk.kda_tc(**d)                     # defaults: 07 -> 10, no final state
     assert s is None and rel(o, ref_o) < TOL
 
     checks = fast.check_correctness([dict(B=1, T=33, H=2, K=64, V=64, gate="const", init=True)], seed=1)
-    assert len(checks) == sum(1 if i in dk.WGRS_IMPLS else 2 for _, i, _ in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS)
+    assert len(checks) == sum(1 if i in dk.FIXED_BV else 2 for _, i, _ in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS)
     assert checks["passed"].all() and set(checks["implementation"]) >= {fast.FP32_IMAGES}
     assert checks["matches_07_08"].dropna().astype(bool).all()
     assert checks["matches_07_08"].notna().sum() == 2 * len(fast.SAME_AS_08)   # both value-block widths
@@ -370,6 +384,13 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
             o, s = (a.get() for a in plan.run())
             ref = recorded.setdefault(impl, (o, s))
             assert np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]), f"{impl}, {label}"
+    # 23's forms: 07 aliased writes the same T / A2 words (23's results bit for bit); its chain alone (KDA_PROBE=5)
+    # is a timing build whose operands are never written (results meaningless, not compared)
+    forms = probe_delta_lda.forms_of("hilo", "fp32")
+    assert [f[0] for f in forms][:2] == ["recorded build", "07 aliased (four blocks per SM)"] and forms[2][1] == {"KDA_PROBE": 5}
+    outs = [tuple(a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="hilo", prep_defines=p).run())
+            for _, _, p in forms[:2]]
+    assert all(np.array_equal(a, b) for a, b in zip(*outs)), "23 after 07 aliased must reproduce 23 bit for bit"
     with pytest.raises(ValueError, match="probe builds of 07"):
         dk.prepare_tc(**d, impl="pre", prep_defines={"KDA_PREP_ALIAS": 1})
 
@@ -514,7 +535,7 @@ def test_phase_stamps_cover_kernel_10_and_summarise():
 
 def test_wgmma_family_stamps_and_generated_lines():
     """13's and 14's KDA_STAMP calls are the phases fast.CONSUMER/PRODUCER_STAMP_PHASES name (WG_C
-    0-7, WG_E 0-3; 16's and 18's WG_C 0-4), and the lines notebook 13 generates from its stamp and probe tables say what the
+    0-7, WG_E 0-3; 16's, 18's and 23's WG_C 0-4), and the lines notebook 13 generates from its stamp and probe tables say what the
     tables hold (pure functions on made-up tables)."""
     import re
 
@@ -533,9 +554,11 @@ def test_wgmma_family_stamps_and_generated_lines():
         [list(range(4)), list(range(5))]   # 16: WG_E 0-3, then WG_C 0-4
     ahead = chain.split("if constexpr (L::AHEAD) {")[1].split("\n    } else {\n")[0]   # 18's loop: WG_C 0-4
     assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", ahead))) == list(range(5))
+    hilo = (ROOT / "kernels" / "delta" / "wgmma_recurrence.cuh").read_text().split("kda_wg_chain_hilo(")[1]   # 23: WG_C 0-4
+    assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", hilo))) == list(range(5))
     for impl in sorted(set(fast.WG_STAMP_IMPLS) | {"bulk2", "tma", "tma2", "tma3", "diet"}):
-        # 16's chain stamps 0-4 (kernels/delta/16_chunk_state_wgrs.cu), 18's too (its AHEAD loop)
-        n_stamps = 5 if impl in ("wgrs", "ahead") else 8
+        # 16's chain stamps 0-4 (kernels/delta/16_chunk_state_wgrs.cu), 18's too (its AHEAD loop), 23's
+        n_stamps = 5 if impl in ("wgrs", "ahead", "hilo") else 8
         assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(n_stamps))
         assert sorted({i for _, a, b in fast.PRODUCER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(4))
         assert fast.PRODUCER_WARPS[impl] == 4
@@ -564,6 +587,12 @@ def test_wgmma_family_stamps_and_generated_lines():
                                                      "of the work kept.")
     probes.loc[2, "median_ms"] = 1.01   # 20 slower than 19: no negative percentage
     assert fast.describe_probes(probes)[-1].endswith("20 gains nothing with all of the work kept.")
+    alone = "{} chain alone, WG_E arithmetic idle (KDA_PROBE=5)"
+    probes = pd.DataFrame(dict(implementation=["19", "23", alone.format("19"), alone.format("23")],
+                               median_ms=[0.9, 0.6, 0.7, 0.5]))
+    assert fast.describe_probes(probes)[-1] == (
+        "- 23 (the chain in registers, hi / lo terms as accumulator row pairs): 0.600 ms, 1.50× 19's speed (faster); "
+        "its chain alone 0.500 ms against 19's 0.700 ms.")
     probes = pd.DataFrame(dict(implementation=["17 (bf16 I/O)", "17 (bf16 I/O) chain alone, WG_E arithmetic idle "
                                                "(KDA_PROBE=5)", "22 (bf16 I/O)"], median_ms=[0.8, 0.6, 0.65]))
     assert fast.describe_probes(probes)[-1] == (

@@ -93,9 +93,10 @@
 // (TMA; maps: g, k, q, and v and 07's output for SLOT 2; CL = 1), three Kd^T buffers (NKD = 3),
 // WG_E's operands with fewer instructions (DIET: step 15), P1 and P4 as one bf16 term (ONE: step 17),
 // each chunk's P1 a chunk early (AHEAD: step 18), P1's A from shared memory (SMA: step 19), WG_E's threads
-// (NE: 256 in step 20), and the operands from 21's images, WG_E one warp issuing their bulk copies (PRE: 22).
+// (NE: 256 in step 20), the operands from 21's images, WG_E one warp issuing their bulk copies (PRE: 22), and
+// WG_C's chain turned around in registers, each value column's hi and lo terms an accumulator row pair (HILO: 23).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
-          bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false>
+          bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false, bool HILO = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -110,7 +111,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     static_assert(KDA_PROBE != 4 || CL == 1, "probe 4 reuses the block's own tile");
     static_assert(!AHEAD || (NKD == 2 && SLOT == 2), "18's hand-overs are written for two buffers and tensor-copied slots");
     // 13's layout; mbarriers FULL_T, EMPTY_T, WG_C's two slots (PRE: no staging tile, and the operand buffers' two)
-    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : 4, PRE ? 0 : 1, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE>;
+    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : 4, PRE ? 0 : 1, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO>;
     static_assert(!PRE || (KDA_PROBE == 0 || KDA_PROBE == 3), "22 has no element-wise warpgroup to probe");
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
@@ -250,7 +251,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     } else {
         // ====================================================== WG_C: the chain of products (13's)
         KDA_TL(if (cx.tid == 0) kda_tl_full_wait = 0;)
-        kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, SLOT == 2 ? maps[3] : nullptr, SLOT == 2 ? maps[4] : nullptr);
+        if constexpr (HILO) kda_wg_chain_hilo<L>(cx, beta, h0, o, ht, maps[3], maps[4]);   // 23
+        else kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, SLOT == 2 ? maps[3] : nullptr, SLOT == 2 ? maps[4] : nullptr);
         KDA_TL(if (PRE && cx.tid == 0) {
             unsigned long long* w = kda_tl_state_words(ready, H, NC);
             w[1] = w[KDA_TL_W - 1] = kda_gtime();

@@ -14,13 +14,15 @@
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
           int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128,
-          bool PRE_ = false>
+          bool PRE_ = false, bool HILO_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
                        // NE_: WG_E's threads (256: two element-wise warpgroups, 20)
                        // PRE_: the operands made by 21 (ops_image.cuh), landed by one bulk copy a chunk; WG_E
                        // is one producer warp (NE_ = 32, 22)
+                       // HILO_: the chain turned around in registers, hi and lo terms as accumulator row pairs
+                       // (23): no S^T, X^T or V'^T tiles
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19), two (20), a warp (22)
@@ -44,12 +46,15 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(PRE || ((NE == 128 || NE == 256) && (TPC == 1 || TPC == 2 || (TPC == 4 && DIET_))),
                   "WG_E: one or two warpgroups; four threads a channel only with the running products of 15");
     static constexpr int ESZ = BF ? 2 : 4;              // bytes per input element
+    static constexpr bool HILO = HILO_;                 // 23: the chain's operands stay in registers
+    static_assert(!HILO || (SMA && !ONE && !PRE && NE_ == 128 && BV == 32 && DENSE),
+                  "23: 19's fp32 operand buffers and tensor-copied slots, one element-wise warpgroup, 32 value columns");
     // byte offsets from the 1024-aligned base
-    static constexpr int ST_BYTES = K * BV * 2;         // one S^T tile (hi or lo): K/64 chunks of BV rows
+    static constexpr int ST_BYTES = HILO ? 0 : K * BV * 2;   // one S^T tile (hi or lo): K/64 chunks of BV rows
     static constexpr int OFF_STH = 0;
     static constexpr int OFF_STL = OFF_STH + ST_BYTES;
     static constexpr int OFF_X = OFF_STL + ST_BYTES;    // X^T [BV][hi | lo]
-    static constexpr int OFF_VP = OFF_X + BV * 128;     // V'^T [BV][hi | lo]
+    static constexpr int OFF_VP = OFF_X + (HILO ? 0 : BV * 128);   // V'^T [BV][hi | lo]
     // WG_E's operand buffers. NKD = 2: two, each Kd^T [K][hi | lo], then Kbg, Qg [C][LE] fp32, 2^G_L [K].
     // NKD = 3: two Kbg, Qg buffers (KQ), then three of Kd^T and 2^G_L (KD)
     static constexpr int NKD = NKD_;
@@ -62,7 +67,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int OPB_BYTES = ((KD_BYTES + KQ_BYTES + K * 4 + 1023) / 1024) * 1024;
     static constexpr int KQB_BYTES = ((2 * C * LE * 4 + 1023) / 1024) * 1024;
     static constexpr int KDB_BYTES = ((KD_BYTES + K * 4 + 1023) / 1024) * 1024;
-    static constexpr int OFF_OPB = OFF_VP + BV * 128;
+    static constexpr int OFF_OPB = OFF_VP + (HILO ? 0 : BV * 128);
     static constexpr int OFF_KDR = OFF_OPB + 2 * KQB_BYTES;   // NKD = 3: the Kd^T ring after the two KQ buffers
     static constexpr int OPS_BYTES = NKD == 2 ? 2 * OPB_BYTES : 2 * KQB_BYTES + 3 * KDB_BYTES;
     // WG_C's copy slots (two): T hi, T lo, A2 hi, A2 lo [C][LC] words, v [C][LV]
@@ -880,5 +885,230 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                 *reinterpret_cast<float2*>(ht + (bh * K + r0 + 8) * V + col) =
                     make_float2(sacc[mt][4 * j + 2], sacc[mt][4 * j + 3]);
             }
+    }
+}
+
+// WG_C of 23 (HILO), the whole pass: 16's chain turned around (every product's A operand from registers, S^T in
+// the accumulators), at 19's 32 value columns a block. A wgmma's M is 64 rows; 16 filled them with 64 value
+// columns (half the blocks, twice the products a block). Here the rows of warp w are value column 8w + g8 twice:
+// row g8 carries its hi terms, row g8 + 8 its lo terms (A = [x_hi; x_lo] as one m64 fragment), and one wgmma
+// per B term (hi, lo) makes (x_hi + x_lo)(B_hi + B_lo): the three-term product and its lo x lo term, the two
+// halves summed in the thread that holds both. So the chain hands nothing through shared memory:
+//   P1^T = S^T [Kg; Qg]^T   (B: WG_E's MN-major tile, columns Kg of tokens 8u .., Qg of 8u .., as 19 stores it)
+//   X^T  = beta (v^T - (Kg S)^T), Ob^T = (Qg S)^T   (row pairs summed; X^T split as P2's A)
+//   V'^T = X^T T^T          (B: 07's T rows as the copy landed them, K-major, 64-byte swizzle)
+//   S^T  = S^T 2^G_L + V'^T Kd   (B: WG_E's Kd^T rows; V'^T's hi terms into row g8, lo into g8 + 8)
+//   o^T  = Ob^T + X^T A2^T  (issued behind P4, off the chain; A2's rows after T's in the slot)
+// The state is the sum of its row pair (two fp32 accumulators: P4 adds V'^T's hi terms to one, its lo terms to the
+// other, the decay scales both, off the chain while P1 runs); before each P1 the pair is summed and split for P1's
+// A fragments. P4 runs as two chains over halves of the channels (N = K / 2 each), so that the next chunk's
+// fragments of the first half are made while the second half's wgmmas run. What is left between the products is
+// element-wise work in registers: the chunk's only barrier is its copy slot's, and the chunk before's o is stored
+// (and that barrier passed) while P1 runs. Slot n & 1 (T / A2, v) and buffer n & 1 (WG_E's operands) are handed
+// over as in 19 (kda_slot_tma, FULL / EMPTY).
+template <class L>
+static __device__ __forceinline__ void kda_wg_chain_hilo(const KdaWgCtx<L>& cx, const float* __restrict__ beta,
+                                                         const float* __restrict__ h0, float* __restrict__ o,
+                                                         float* __restrict__ ht, const TmaMap* tv, const TmaMap* tta) {
+    static_assert(L::HILO && !L::BF && L::C == 32 && L::BV == 32, "23: fp32 inputs, chunks of 32, 32 value columns");
+    constexpr int K = L::K, V = L::V, C = L::C, BV = L::BV, KH = K / 2, NJH = KH / 8, KSH = KH / 16;
+    constexpr int BAR_CONS = KdaWgBars::CONS, BAR_FULL = KdaWgBars::FULL, BAR_EMPTY = KdaWgBars::EMPTY;
+    constexpr int TA_ROWS = C * (C / 2) * 4;   // bytes of one of the slot's T hi, T lo, A2 hi, A2 lo
+    const int tid = cx.tid, warp = cx.warp, lane = cx.lane, g8 = lane / 4, t4 = lane % 4;
+    const int h = cx.h, b = cx.b, H = cx.H, NC = cx.NC;
+    const long long TT = cx.TT, bh = cx.bh, stamp0_ = cx.stamp0_;
+    (void)stamp0_;
+    const unsigned base = cx.base;
+    const int cl = 8 * warp + g8, col = cx.v0 + cl;   // this thread's value column (rows g8: hi terms, g8 + 8: lo)
+    // S^T of column col in two halves of the channels (P4's two wgmma chains, N = K / 2 each): channel
+    // KH hv + 8j + 2 t4 + e is sacc[hv][4j + e] + sacc[hv][4j + 2 + e] (rows g8 and g8 + 8)
+    float sacc[2][KH / 2];
+#pragma unroll
+    for (int hv = 0; hv < 2; ++hv)
+#pragma unroll
+        for (int j = 0; j < NJH; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                sacc[hv][4 * j + e] = h0 ? h0[(bh * K + KH * hv + 8 * j + 2 * t4 + e) * V + col] : 0.f;
+                sacc[hv][4 * j + 2 + e] = 0.f;
+            }
+    // slot n & 1 (probe 4: no copy after chunk 0, its slot reused)
+    auto slot_off = [&](int n) { return L::OFF_SLOT + (KDA_PROBE == 4 ? 0 : (n & 1)) * L::SLOT_BYTES; };
+    const unsigned slot_bar = base + L::OFF_MBAR + 16;
+    auto copy_slot = [&](int n) { if (tid == 0 && KDA_PROBE != 4) kda_slot_tma<L>(cx, n, tv, tta); };
+    auto wait_slot = [&](int n) { if (KDA_PROBE != 4 || n == 0) mbar_wait(slot_bar + 8 * (n & 1), (n >> 1) & 1); };
+    float rbeta = 0.f;   // beta of token `lane` of the chunk
+    auto load_beta = [&](int n) {
+        const long long t = (long long)n * C + lane;
+        rbeta = t < TT ? beta[(b * TT + t) * H + h] : 0.f;
+    };
+    // half hv of the state (its row pair summed) as P1's A fragments: k step s of the half is channels
+    // KH hv + 16s ..; a0, a2 its hi words in row g8, a1, a3 its lo words in row g8 + 8
+    unsigned sf[2][KSH][4];
+    auto state_frags = [&](int hv) {
+#pragma unroll
+        for (int s = 0; s < KSH; ++s)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int j = 2 * s + hf;
+                split_bf16x2(sacc[hv][4 * j] + sacc[hv][4 * j + 2], sacc[hv][4 * j + 1] + sacc[hv][4 * j + 3],
+                             sf[hv][s][2 * hf], sf[hv][s][2 * hf + 1]);
+            }
+    };
+    auto dmn = [](unsigned addr) { return wgmma_desc_sw128(addr, 8192, 1024); };   // MN-major B: 2C tokens a row
+    auto dk128 = [](unsigned addr) { return wgmma_desc_sw128(addr, 16, 1024); };   // K-major B, 128-byte swizzle
+    auto dk64 = [](unsigned addr) { return wgmma_desc_sw64(addr, 512); };          // K-major B, 64-byte swizzle
+    // P1^T's k steps over half hv of the channels: S^T's fragments times the tile's rows (hi, then lo words)
+    auto issue_p1 = [&](float (&p1)[32], unsigned kq, int hv) {
+#pragma unroll
+        for (int s = 0; s < KSH; ++s) {
+            const unsigned row = kq + (KSH * hv + s) * 2048;
+            wgmma_rs<64, true>(p1, sf[hv][s], dmn(row), hv > 0 || s > 0);   // x [Kg; Qg]^T hi
+            wgmma_rs<64, true>(p1, sf[hv][s], dmn(row + K * 128), 1);       // x [Kg; Qg]^T lo
+        }
+    };
+    // o of chunk m (ov: A2 X's row pair on Ob^T, summed once its wgmmas completed), then every warp done with
+    // slot m & 1 (its v reads fenced for the async proxy): the slot may take chunk m + 2's tensor copy
+    float p3[16], ov[8];
+    auto store_o = [&](int m) {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const long long t = (long long)m * C + 8 * jj + 2 * t4 + e;
+                if (t < TT) o[kda_bthd(b, t, h, col, TT, H, V)] = ov[2 * jj + e];
+            }
+        fence_proxy_async();
+        named_bar_sync(BAR_CONS, 128);
+    };
+    unsigned xf[2][4];   // X^T as P2's A (k step u / 2, tokens 16 (u / 2) ..: a0 / a1 tokens 8u + 2 t4, u even; a2 / a3 odd)
+    copy_slot(0);
+    load_beta(0);
+    named_bar_sync(BAR_FULL + 0, L::NTH);   // chunk 0's operand buffer
+    state_frags(0);
+    state_frags(1);
+    for (int n = 0; n < NC; ++n) {
+        KDA_STAMP(0);
+        // ------------------------------------------------ P1^T = S^T [Kg; Qg]^T
+        const unsigned kq = base + cx.kq_of(n);
+        float p1[32];   // column group 2u: Kg of tokens 8u + 2 t4 (+1); 2u + 1: Qg of the same tokens
+        wgmma_fence();
+        issue_p1(p1, kq, 0);
+        issue_p1(p1, kq, 1);
+        wgmma_commit();
+        // while P1 runs: the chunk before's o and slot release, the next chunk's copies into that slot, this
+        // chunk's decay (S^T 2^G_L, both rows), its v and beta
+        if (n > 0) store_o(n - 1);
+        if (n + 1 < NC) copy_slot(n + 1);
+        {
+            const float* gl = cx.gl_of(n);
+#pragma unroll
+            for (int hv = 0; hv < 2; ++hv)
+#pragma unroll
+                for (int j = 0; j < NJH; ++j) {
+                    const float2 d = *reinterpret_cast<const float2*>(gl + KH * hv + 8 * j + 2 * t4);
+                    float* x = sacc[hv] + 4 * j;
+                    x[0] *= d.x; x[1] *= d.y; x[2] *= d.x; x[3] *= d.y;
+                }
+        }
+        wait_slot(n);
+        const unsigned char* sv = cx.sm + slot_off(n) + L::TA_BYTES;   // v [C][BV], the copy's 128-byte swizzle
+        float xv[8], bt[8];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int tok = 8 * u + 2 * t4 + e;
+                xv[2 * u + e] = *reinterpret_cast<const float*>(sv + kda_slot_sw<BV * 4>(tok * BV + cl, 4));
+                bt[2 * u + e] = __shfl_sync(ATTNLAB_FULL_MASK, rbeta, tok);
+            }
+        if (n + 1 < NC) load_beta(n + 1);
+        wgmma_wait<0>();
+        fence_regs(p1);
+        KDA_STAMP(1);
+        // ------------------------------------------------ X^T = beta (v^T - (Kg S)^T) as P2's A; Ob^T = (Qg S)^T
+        float ob[8];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            float x[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                x[e] = bt[2 * u + e] * (xv[2 * u + e] - (p1[8 * u + e] + p1[8 * u + 2 + e]));
+                ob[2 * u + e] = p1[8 * u + 4 + e] + p1[8 * u + 6 + e];
+            }
+            split_bf16x2(x[0], x[1], xf[u / 2][2 * (u % 2)], xf[u / 2][2 * (u % 2) + 1]);
+        }
+        // ------------------------------------------------ P2: V'^T = X^T T^T
+        const unsigned ta = base + slot_off(n);
+        float p2[16];
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            wgmma_rs_kb<32, true>(p2, xf[s], dk64(ta + 32 * s), s > 0);                // T hi
+            wgmma_rs_kb<32, true>(p2, xf[s], dk64(ta + TA_ROWS + 32 * s), 1);          // T lo
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(p2);
+        KDA_STAMP(2);
+        // ------------------------------------------------ P4: S^T += V'^T Kd, by halves of the channels; then
+        // (A2 X)^T onto Ob^T. The next chunk's fragments of the first half are made while the second runs.
+        unsigned vf[2][4];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+            split_bf16x2(p2[4 * jj] + p2[4 * jj + 2], p2[4 * jj + 1] + p2[4 * jj + 3], vf[jj / 2][2 * (jj % 2)],
+                         vf[jj / 2][2 * (jj % 2) + 1]);
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)   // o^T: Ob^T in row g8, and (A2 X)^T's row pair on it
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                p3[4 * jj + e] = ob[2 * jj + e];
+                p3[4 * jj + 2 + e] = 0.f;
+            }
+        const unsigned kd = base + cx.opb(n);
+        wgmma_fence();
+#pragma unroll
+        for (int hv = 0; hv < 2; ++hv) {   // channels KH hv ..: Kd^T rows KH hv .. (128 bytes each)
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                const unsigned row = kd + hv * (KH * 128) + 32 * s;
+                wgmma_rs_kb<KH, true>(sacc[hv], vf[s], dk128(row), 1);        // x Kd hi (bytes 0-63 of a channel's row)
+                wgmma_rs_kb<KH, true>(sacc[hv], vf[s], dk128(row + 64), 1);   // x Kd lo (64-127)
+            }
+            wgmma_commit();
+        }
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            wgmma_rs_kb<32, true>(p3, xf[s], dk64(ta + 2 * TA_ROWS + 32 * s), 1);   // A2 hi
+            wgmma_rs_kb<32, true>(p3, xf[s], dk64(ta + 3 * TA_ROWS + 32 * s), 1);   // A2 lo
+        }
+        wgmma_commit();
+        if (n + 1 < NC) named_bar_sync(BAR_FULL + ((n + 1) & 1), L::NTH);   // chunk n + 1's operand buffer
+        wgmma_wait<2>();   // P4's first half
+        fence_regs(sacc[0]);
+        if (n + 1 < NC) state_frags(0);
+        wgmma_wait<1>();   // its second half
+        fence_regs(sacc[1]);
+        KDA_STAMP(3);
+        if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
+        if (n + 1 < NC) state_frags(1);
+        wgmma_wait<0>();   // A2 X (o is stored behind the next chunk's P1 issue)
+        fence_regs(p3);
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) ov[2 * jj + e] = p3[4 * jj + e] + p3[4 * jj + 2 + e];
+        KDA_STAMP(4);
+    }
+    store_o(NC - 1);
+    if (KDA_PROBE == 3) return;   // the stamps live where ht would be written
+    if (ht) {
+#pragma unroll
+        for (int hv = 0; hv < 2; ++hv)
+#pragma unroll
+            for (int j = 0; j < NJH; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    ht[(bh * K + KH * hv + 8 * j + 2 * t4 + e) * V + col] = sacc[hv][4 * j + e] + sacc[hv][4 * j + 2 + e];
     }
 }

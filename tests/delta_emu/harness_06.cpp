@@ -13,7 +13,7 @@
 // of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc; m1_o, m1_ht:
 // 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too; tm_o, tm_ht:
 // 14's TMA form, three tensor copies a chunk; t2_o, t2_ht: and WG_C's copies as one bulk and one
-// tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), wd_o, wd_ht (07<A2> then 20), bf_o, bf_ht,
+// tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), hl_o, hl_ht (07<A2> then 23), wd_o, wd_ht (07<A2> then 20), bf_o, bf_ht,
 // rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht, sgb_o, sgb_ht (17: bf16 inputs only), ahb_o, ahb_ht (18: bf16 inputs only) tlb_o, tlb_ht (19), wdb_o, wdb_ht (20) and prb_o, prb_ht (21 then 22) (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
@@ -36,6 +36,7 @@
 #include "delta/20_chunk_state_wide.cu"
 #include "delta/21_chunk_prep_ops.cu"
 #include "delta/22_chunk_state_pre.cu"
+#include "delta/23_chunk_state_hilo.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -274,6 +275,22 @@ int main(int argc, char** argv) {
     }
     write_f32(dir + "/tl_o", o9);
     write_f32(dir + "/tl_ht", ht10);
+    // 23: 19's WG_E and copies, the chain turned around in registers (value columns' hi / lo terms as row pairs)
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+#if EMU_BV == 32   // its rows are 32 value columns twice (at BV = 16 the outputs stay NaN)
+    {
+        using LH = KdaWgLayout<K, V, C, BV, false, 4, 1, true, 2, true, false, false, true, 128, false, true>;
+        const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LH::NTH, (size_t)LH::SMEM_BYTES, [&] {
+            kda_chunk_state_hilo<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                              has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
+                                              mg, mk, mq, mv, tamap(ta2.data()));
+        });
+    }
+#endif
+    write_f32(dir + "/hl_o", o9);
+    write_f32(dir + "/hl_ht", ht10);
     // 20: 19 with two element-wise warpgroups (384 threads)
     std::fill(o9.begin(), o9.end(), nan);
     std::fill(ht10.begin(), ht10.end(), nan);

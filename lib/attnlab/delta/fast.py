@@ -29,9 +29,11 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+12 two roles", "regs2", ("07", "12")), ("07+13", "wgmma", ("07", "13")),
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 tma", "tma", ("07", "14")),
             ("07+14 tma, WG_C too", "tma2", ("07", "14")), ("07+15", "diet", ("07", "15")),
-            ("07+16", "wgrs", ("07", "16")), ("07+19", "tile", ("07", "19")), ("07+20", "wide", ("07", "20")))
+            ("07+16", "wgrs", ("07", "16")), ("07+19", "tile", ("07", "19")), ("07+20", "wide", ("07", "20")),
+            ("07+23", "hilo", ("07", "23")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10", "07+19": "07+15",
+                     "07+23": "07+19",
                      "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma"}
 BEST = "07+10"
 BEST_IMPL = "lean"
@@ -170,9 +172,9 @@ def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
         for bv in dk.SUPPORTED_BV:
             outs, at = {}, {}
             for label, impl, _ in impls:
-                if impl in dk.WGRS_IMPLS and bv != dk.SUPPORTED_BV[0]:
-                    continue   # 16 runs one width (64 value columns): checked once per case
-                plan = dk.prepare_tc(**d, output_final_state=True, bv=None if impl in dk.WGRS_IMPLS else bv,
+                if impl in dk.FIXED_BV and bv != dk.SUPPORTED_BV[0]:
+                    continue   # 16 (64 value columns) and 23 (32) run one width: checked once per case
+                plan = dk.prepare_tc(**d, output_final_state=True, bv=None if impl in dk.FIXED_BV else bv,
                                      check_gate=False, impl=impl)
                 plan.poison()
                 o, s = plan.run()
@@ -460,6 +462,17 @@ PRODUCER_STAMP_PHASES["ahead"] = (PRODUCER_STAMP_PHASES["diet"][0],
 PRODUCER_WARPS["ahead"] = 4
 
 
+#: 23: 16's chain at 32 value columns, hi / lo row pairs (wgmma_recurrence.cuh's kda_wg_chain_hilo: WG_C stamps 0-4;
+#: WG_E is 19's)
+CONSUMER_STAMP_PHASES["hilo"] = (
+    ("P1^T = S^T [Kg; Qg]^T issued; the chunk before's o stored, barrier; next copies, decay, v, beta; P1 done", 0, 1),
+    ("X^T split, P2: V'^T = X^T T^T", 1, 2),
+    ("V'^T split, P4 (two halves) and A2 X issued, next hand-over (FULL) waited, first half split, P4 done", 2, 3),
+    ("second half of S^T split, A2 X done", 3, 4))
+PRODUCER_STAMP_PHASES["hilo"] = PRODUCER_STAMP_PHASES["tile"]
+PRODUCER_WARPS["hilo"] = 4
+
+
 #: 16: the chain turned around (kernels/delta/16_chunk_state_wgrs.cu: WG_C stamps 0-4, WG_E 0-3)
 CONSUMER_STAMP_PHASES["wgrs"] = (
     ("barrier, next copies issued, wait for FULL", 0, 1),
@@ -523,7 +536,8 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("18 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "ahead", {"KDA_PROBE": 5}),
                 ("19", "tile", {}), ("19 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tile", {"KDA_PROBE": 5}),
                 ("19, WG_E at half its tokens a thread (KDA_PROBE=6)", "tile", {"KDA_PROBE": 6}),
-                ("20", "wide", {}), ("22 (bf16 I/O)", "pre", {}))
+                ("20", "wide", {}), ("22 (bf16 I/O)", "pre", {}),
+                ("23", "hilo", {}), ("23 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "hilo", {"KDA_PROBE": 5}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -612,7 +626,7 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
 #: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead", "tile")   # 17, 18: on bf16 inputs
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead", "tile", "hilo")   # 17, 18: on bf16 inputs
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:
@@ -669,6 +683,14 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
             line += (f"; of what halving WG_E's tokens a thread took off 19 ({ms['19'] - ms[half]:.3f} ms, half of its "
                      f"work gone with them), 20 " + (f"gains {got:.0%}" if got >= 0 else "gains nothing") +
                      " with all of the work kept")
+        lines.append(line + ".")
+    if {"19", "23"} <= set(ms.index):   # 23: 19's operands, the chain turned around in registers
+        r = ms["19"] / ms["23"]
+        line = (f"- 23 (the chain in registers, hi / lo terms as accumulator row pairs): {ms['23']:.3f} ms, {r:.2f}× 19's "
+                f"speed ({'faster' if r > 1 else 'slower'})")
+        a19, a23 = (f"{n} chain alone, WG_E arithmetic idle (KDA_PROBE=5)" for n in ("19", "23"))
+        if {a19, a23} <= set(ms.index):
+            line += f"; its chain alone {ms[a23]:.3f} ms against 19's {ms[a19]:.3f} ms"
         lines.append(line + ".")
     rec, alone = "17 (bf16 I/O)", "17 (bf16 I/O) chain alone, WG_E arithmetic idle (KDA_PROBE=5)"
     if {"22 (bf16 I/O)", rec, alone} <= set(ms.index):

@@ -19,7 +19,9 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 17
   with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
   bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
-  layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``12`` (``"regs"``),
+  layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``23`` (``"hilo"``: 19's
+  element-wise warpgroup with 16's chain turned around at 32 value columns, each column's hi and lo terms a pair of
+  accumulator rows; fp32 inputs only; sm_90a), → ``12`` (``"regs"``),
   or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
   term each on bf16 inputs, hi and lo words on fp32, a workspace of about the inputs' q, k and g) → ``22`` (19's
   chain on them, no element-wise warpgroup; sm_90a),
@@ -80,6 +82,12 @@ BF16_ONLY_WHY = {
               "the 1e-4 that fp32 inputs are held to", "impl='diet'"),
 }
 BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
+#: impls that run on fp32 inputs only, and why (bf16 inputs are refused by the BF16_IMPLS check, naming them)
+FP32_ONLY_WHY = {
+    "hilo": ("23, a value column's hi and lo terms as a pair of accumulator rows", "bf16 inputs' one-term products "
+             "would leave every lo row zero, half of each wgmma", "impl='pre'"),
+}
+FP32_ONLY_IMPLS = tuple(FP32_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
 WIDE_THREADS = 384                # 20: the chain warpgroup and two element-wise warpgroups
@@ -175,12 +183,18 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "19's chain with each chunk's operands landed by one bulk copy of 21's image: one producer "
                 "warp in place of WG_E (160 threads), no staging tile; 21 and 22 run side by side, 22 waiting for "
                 "each chunk's ready flag in its producer warp"),
+    DeltaKernel("23", "delta/23_chunk_state_hilo.cu", "kda_chunk_state_hilo", "tc",
+                "recurrence on warpgroup MMAs, the chain turned around at 32 value columns (sm_90a)", 90,
+                "19's element-wise warpgroup and copies; the chain keeps S^T in its accumulators and takes every A "
+                "operand from registers (16's products), a value column's hi and lo terms as one row pair of the "
+                "wgmma's 64: 32 columns a block as in 19, 32 wgmmas a chunk in place of 42, nothing of the chain "
+                "through shared memory (fp32 inputs)"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
  WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
- WIDE_SRC, PREP_OPS_SRC, PRE_SRC) = (
+ WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -706,6 +720,15 @@ def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
     return tile_smem_words(K, V, BV, C, bf16) + max(2 * K, 256) - 2 * K
 
 
+def hilo_smem_words(K: int, V: int, BV: int = 32, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_hilo`` (23) in words: 19's (:func:`tile_smem_words`, fp32 inputs)
+    without the S^T hi / lo (K x BV bf16 each), X^T and V'^T (BV rows of 128 bytes) tiles: its chain keeps them in
+    registers (``KdaWgLayout``'s HILO)."""
+    if bf16:
+        raise ValueError("23 (impl='hilo') runs on fp32 inputs only")
+    return tile_smem_words(K, V, BV, C) - (2 * K * BV * 2 + 2 * BV * 128) // 4
+
+
 def ops_image_bytes(K: int, bf16: bool = True) -> int:
     """One chunk's operand image from 21 (``kernels/delta/ops_image.cuh``). bf16 inputs: Kd^T (64 rows of 128
     bytes), [Kg; Qg]^T (K rows of 128 bytes) and 2^G_L (K fp32); fp32 inputs (hi and lo words, 19's fp32 operand
@@ -902,6 +925,7 @@ STATE_IMPLS = {
     "tile": (TILE_SRC, "kda_chunk_state_tile", WGMMA_THREADS, tile_smem_words),
     "wide": (WIDE_SRC, "kda_chunk_state_wide", WIDE_THREADS, wide_smem_words),
     "pre": (PRE_SRC, "kda_chunk_state_pre", PRE_THREADS, pre_smem_words),
+    "hilo": (HILO_SRC, "kda_chunk_state_hilo", WGMMA_THREADS, hilo_smem_words),
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -923,11 +947,15 @@ MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_
 TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" with WG_E on fewer instructions; single: 17
              "ahead",                                    # 18: 17 with each chunk's P1 a chunk early
              "tile",                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
-             "wide")                                     # 20: 19 with two element-wise warpgroups
+             "wide",                                     # 20: 19 with two element-wise warpgroups
+             "hilo")                                     # 23: 19 with the chain turned around in registers
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
 WGRS_IMPLS = ("wgrs",)
+#: impls whose value-block width is fixed by their chain (the wgmma's 64 accumulator rows): 16 holds 64 columns,
+#: 23 32 columns twice (hi and lo rows)
+FIXED_BV = {"wgrs": WGRS_BV, "hilo": 32}
 #: 21 -> 22 ("pre"): 21 in place of 07 (its second output, the operand images, is 22's input); 22 takes the
 #: tensor maps of v and 21's T / A2 words as the TMA forms' slots do
 PRE_IMPLS = ("pre",)
@@ -947,6 +975,12 @@ STATE_EXTRA_ARGS = {"regs": (1,), "regs2": (2,),   # 12's consumer warps (roles)
                     "tma3": (True, 3),                    # ... and three Kd^T buffers
                     "multicast": lambda V, bv: (mc_cluster(V, bv), False),
                     "multicast2": lambda V, bv: (mc_cluster(V, bv, "multicast2"), False)}
+
+
+def state_step(impl: str) -> str:
+    """The registry step of a two-kernel ``impl``'s recurrence (``"tile"`` -> ``"19"``)."""
+    fn = STATE_IMPLS[impl][1]
+    return next(k.step for k in DELTA_KERNELS if k.function == fn)
 
 
 def state_extra_args(impl: str, V: int, bv: int) -> tuple:
@@ -970,6 +1004,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     if impl not in SUPPORTED_TC_IMPL:
         raise ValueError(f"impl must be one of {SUPPORTED_TC_IMPL}, got {impl!r}")
     io = "bf16" if _is_torch_bf16(q) else "fp32"
+    if io == "bf16" and impl in FP32_ONLY_IMPLS:
+        what, why, instead = FP32_ONLY_WHY[impl]
+        raise ValueError(f"impl={impl!r} ({what}) runs on fp32 inputs only: {why}; pass {instead} or float32 inputs")
     if io == "bf16" and impl not in BF16_IMPLS:
         raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18, 19 "
                          f"or 20, or 21 -> 22), got "
@@ -987,18 +1024,18 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
-        raise ValueError(f"impl={impl!r} (kernels 13-22, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+        raise ValueError(f"impl={impl!r} (kernels 13-23, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
                          f"{CLUSTER_MIN_CC / 10:.1f}, this GPU has {int(device.compute_capability) / 10:.1f}; "
                          "use impl='lean'")
-    if impl in WGRS_IMPLS:   # 16: the block's value columns are the chain's 64 accumulator rows
-        if bv not in (None, WGRS_BV):
-            raise ValueError(f"impl={impl!r} (kernel 16) runs {WGRS_BV} value columns per block, got bv={bv}; "
-                             "leave bv unset")
+    if impl in FIXED_BV:   # 16, 23: the block's value columns fill the chain's 64 accumulator rows
+        if bv not in (None, FIXED_BV[impl]):
+            raise ValueError(f"impl={impl!r} (kernel {state_step(impl)}) runs {FIXED_BV[impl]} value columns per block, "
+                             f"got bv={bv}; leave bv unset")
         validate_config(K, V, FUSED_CHUNK)
-        bv = WGRS_BV
+        bv = FIXED_BV[impl]
     else:
         if bv is None:
             sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
@@ -1124,6 +1161,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * wide_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_pre":   # (K, V, C, BV, BF)
         return 4 * pre_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
+    if function == "kda_chunk_state_hilo":   # (K, V, C, BV)
+        return 4 * hilo_smem_words(args[0], args[1], args[3], args[2])
     if function == "kda_chunk_state_wgrs":   # (K, V, C, BV, BF)
         return 4 * wgrs_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
@@ -1197,10 +1236,13 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                         out.append((MC_SRC, "kda_chunk_state_mc", (K, V, FUSED_CHUNK, bv, bf) + extra))
             for bf in (False, True):   # 14's TMA forms: WG_E's tile; and WG_C's copies
                 for impl in TMA_IMPLS:
-                    if impl in BF16_ONLY_IMPLS and not bf:
+                    if (impl in BF16_ONLY_IMPLS and not bf) or (impl in FP32_ONLY_IMPLS and bf):
+                        continue
+                    if impl in FIXED_BV and bv != FIXED_BV[impl]:
                         continue
                     src, fn = STATE_IMPLS[impl][:2]
-                    out.append((src, fn, (K, V, FUSED_CHUNK, bv, bf) + state_extra_args(impl, V, bv)))
+                    out.append((src, fn, (K, V, FUSED_CHUNK, bv) + ((bf,) if impl in BF16_IMPLS else ())
+                                + state_extra_args(impl, V, bv)))
         for bf in (False, True):   # 16: 64 value columns a block, whatever the other steps' widths
             out.append((WGRS_SRC, "kda_chunk_state_wgrs", (K, V, FUSED_CHUNK, WGRS_BV, bf)))
         for bf in (False, True):   # 21 and 22: fp32 inputs' hi / lo images, bf16 inputs' one-term ones
@@ -1214,6 +1256,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                     "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
-                    "kda_chunk_state_wide", "kda_chunk_state_pre"):
+                    "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo"):
         return WGMMA_ARCH
     return arch
