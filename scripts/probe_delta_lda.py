@@ -19,8 +19,9 @@ build's at the default width (same words, same products: expected 0; at another 
 fla's chunk_kda (bf16) beside them; and 19's clock stamps (fp32, --stamps-T) in each recurrence form,
 notebook 13's phase table per form (probe_lda_phases.csv). 23 (07 -> 23, fp32 inputs: 19's operands with the chain
 turned around in registers, every A operand a register fragment) runs beside them as built, after 07 in the aliased
-layout, with its element-wise warpgroup idle (KDA_PROBE=5: the chain alone) and with no input copies after chunk 0
-(KDA_PROBE=4: what the input traffic costs it; both results meaningless), with its stamps too. The recurrences' builds are compiled first, many
+layout, with two staging tiles (KDA_STAGE_RING: WG_E's q, k, g copies two chunks ahead), both, with its
+element-wise warpgroup idle (KDA_PROBE=5: the chain alone) and with no input copies after chunk 0 (KDA_PROBE=4: what
+the input traffic costs it; both results meaningless), with its stamps too. The recurrences' builds are compiled first, many
 at a time (scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp). Not a
 recorded run: notebook 13 records what the lab quotes.
 """
@@ -61,7 +62,10 @@ def forms_of(impl: str, io: str) -> list[tuple[str, dict | None, dict | None]]:
     path's aliased layout, four blocks per SM (KDA_PREP_ALIAS; 64 registers, no spill in the static build)."""
     out = [("recorded build", None, None)]
     if impl == "hilo":   # 23: no P1 / P4 forms (its every A operand is a register fragment already)
-        return out + [("07 aliased (four blocks per SM)", None, {"KDA_PREP_ALIAS": 1}),
+        ring, alias = {"KDA_STAGE_RING": 1}, {"KDA_PREP_ALIAS": 1}
+        return out + [("07 aliased (four blocks per SM)", None, alias),
+                      ("two staging tiles (KDA_STAGE_RING)", ring, None),
+                      ("07 aliased, two staging tiles", ring, alias),
                       ("chain alone, WG_E arithmetic idle (KDA_PROBE=5; results meaningless)", {"KDA_PROBE": 5}, None),
                       ("no input copies after chunk 0 (KDA_PROBE=4; results meaningless)", {"KDA_PROBE": 4}, None)]
     minb = {"KDA_PRE_MINB": 1} if (impl, io) == ("pre", "fp32") else {}

@@ -208,14 +208,16 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
 def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tmp_path, K, V, BV):
     """KDA_P1_LDA and KDA_P4_LDA (scripts/probe_delta_lda.py) load P1's and P4's A operands from their shared-memory
     tiles into registers by ldmatrix and issue the same products in the same order, and KDA_PREP_ALIAS runs 07 on
-    fp32 inputs in the bf16 path's aliased layout: every kernel of the harness (07 -> 08-20 and 21 -> 22, fp32 and
-    bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
+    fp32 inputs in the bf16 path's aliased layout, and KDA_STAGE_RING gives 23's element-wise warpgroup two staging
+    tiles: every kernel of the harness (07 -> 08-20, 23 and 21 -> 22, fp32 and bf16 inputs) must write the recorded
+    build's o and final state bit for bit. Three chunks
     and a tail with an initial state, so that P1 multiplies a nonzero state and P4's update is read back (a
     fragment from the wrong rows, channels or hi / lo half is 1e-3 or more away)."""
     B, T, H = 1, 70, 2
     x = random_inputs(B, T, H, K, V, seed=5 + K + BV, gate="mixed", initial_state=True)
     outs = {}
-    for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=1"))):
+    for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=1",
+                                                       "-DKDA_STAGE_RING=1"))):
         d = tmp_path / name
         d.mkdir()
         for n in ("q", "k", "v", "g", "beta"):
@@ -225,7 +227,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
                              capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         outs[name] = {p.name: p.read_bytes() for p in d.iterdir() if p.name.endswith(("_o", "_ht"))}
-    for tag in ("tl", "tlb", "pr", "prb", "dt", "wg", "sgb"):   # 19, 22 (both inputs), 15, 13, 17 among them
+    for tag in ("tl", "tlb", "pr", "prb", "dt", "wg", "sgb", "hl"):   # 19, 22 (both inputs), 15, 13, 17, 23 among them
         assert f"{tag}_o" in outs["recorded"], f"the harness no longer writes {tag}_o"
     assert outs["probe"].keys() == outs["recorded"].keys()
     differ = sorted(n for n in outs["recorded"] if outs["probe"][n] != outs["recorded"][n])
@@ -271,6 +273,9 @@ def test_cluster_kernels_in_eager_order(harness, tmp_path):
                                   one_term=("P1", "P4"), round_output=True)
     o22, s22 = read("prb_o", (B, T, H, V)), read("prb_ht", (B, H, K, V))
     assert rel(o22, mo) < SINGLE_TOL and rel(s22, ms) < SINGLE_TOL, "22 in eager order"
+    # 23's chain (o stored and the slot released behind the next chunk's P1, P4 in two halves): the float64 bound
+    o23, s23 = read("hl_o", (B, T, H, V)), read("hl_ht", (B, H, K, V))
+    assert rel(o23, ref_o) < TOL and rel(s23, ref_s) < TOL, "23 in eager order"
 
 
 
@@ -384,14 +389,24 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
             o, s = (a.get() for a in plan.run())
             ref = recorded.setdefault(impl, (o, s))
             assert np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]), f"{impl}, {label}"
-    # 23's forms: 07 aliased writes the same T / A2 words (23's results bit for bit); its chain alone (KDA_PROBE=5)
-    # and its run without input copies after chunk 0 (KDA_PROBE=4) are timing builds (results meaningless, not compared)
+    # 23's forms: 07 aliased writes the same T / A2 words, two staging tiles hand WG_E the same q, k, g (23's results
+    # bit for bit, the ring launched with its second tile's shared memory); its chain alone (KDA_PROBE=5) and its run
+    # without input copies after chunk 0 (KDA_PROBE=4) are timing builds (results meaningless, not compared)
     forms = probe_delta_lda.forms_of("hilo", "fp32")
-    assert [f[0] for f in forms][:2] == ["recorded build", "07 aliased (four blocks per SM)"]
-    assert [f[1] for f in forms[2:]] == [{"KDA_PROBE": 5}, {"KDA_PROBE": 4}]
-    outs = [tuple(a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="hilo", prep_defines=p).run())
-            for _, _, p in forms[:2]]
-    assert all(np.array_equal(a, b) for a, b in zip(*outs)), "23 after 07 aliased must reproduce 23 bit for bit"
+    assert forms[0][0] == "recorded build" and [f[1] for f in forms[-2:]] == [{"KDA_PROBE": 5}, {"KDA_PROBE": 4}]
+    ref = None
+    for label, defines, prep_defines in forms[:-2]:
+        plan = dk.prepare_tc(**d, output_final_state=True, impl="hilo", defines=defines, prep_defines=prep_defines)
+        ring = bool((defines or {}).get("KDA_STAGE_RING"))
+        assert plan.state_ring == ring and plan.launch_configs()["state"]["smem"] == \
+            dk.state_smem_bytes("hilo", 64, 64, 32) + ring * (3 * 32 * 64 * 4 + 8), label
+        plan.poison()
+        o, s = (a.get() for a in plan.run())
+        ref = ref or (o, s)
+        assert np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]), f"23, {label}"
+    assert any("KDA_STAGE_RING" in (f[1] or {}) for f in forms[:-2])
+    with pytest.raises(ValueError, match=r"KDA_STAGE_RING is a probe build of 23 \(impl='hilo'\).*impl='tile'"):
+        dk.prepare_tc(**d, impl="tile", defines={"KDA_STAGE_RING": 1})
     with pytest.raises(ValueError, match="probe builds of 07"):
         dk.prepare_tc(**d, impl="pre", prep_defines={"KDA_PREP_ALIAS": 1})
 

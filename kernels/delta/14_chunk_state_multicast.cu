@@ -111,7 +111,10 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     static_assert(KDA_PROBE != 4 || CL == 1, "probe 4 reuses the block's own tile");
     static_assert(!AHEAD || (NKD == 2 && SLOT == 2), "18's hand-overs are written for two buffers and tensor-copied slots");
     // 13's layout; mbarriers FULL_T, EMPTY_T, WG_C's two slots (PRE: no staging tile, and the operand buffers' two)
-    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : 4, PRE ? 0 : 1, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO>;
+    // staging tiles: one, or (23's probe build KDA_STAGE_RING=1) two, each chunk's copy issued two chunks ahead
+    constexpr int NST = PRE ? 0 : (HILO && KDA_STAGE_RING) ? 2 : 1;
+    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO>;
+    static_assert(NST < 2 || (TMA && CL == 1 && KDA_PROBE != 4), "the staging ring: tensor copies, no cluster, copies on");
     static_assert(!PRE || (KDA_PROBE == 0 || KDA_PROBE == 3), "22 has no element-wise warpgroup to probe");
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
@@ -134,6 +137,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             mbar_init(full_t + 32, 1);   // the operand buffers (22): the arrival that announces the image's bytes
             mbar_init(full_t + 40, 1);
         }
+        if constexpr (NST == 2) mbar_init(full_t + 32, 1);   // the second staging tile's (KDA_STAGE_RING)
         mbar_init_fence();
     }
     if constexpr (CL > 1) cluster_sync();   // every block's barriers exist before any copy or remote arrival
@@ -179,14 +183,17 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                                                          // results meaningless: WG_E's chunk at half the length)
         const int e = cx.tid - 128, c = e % K, part = e / K, tok0 = part * TPT;
         const unsigned rank = cluster_ctarank();
-        const TIn* const stg = reinterpret_cast<const TIn*>(cx.sm + L::OFF_STG);
+        const TIn* const stg1 = reinterpret_cast<const TIn*>(cx.sm + L::OFF_STG);
+        // chunk n's staging tile (n % NST) and its mbarrier
+        auto tile_of = [&](int n) { return L::OFF_STG + (NST == 2 ? (n & 1) : 0) * L::STG_BYTES; };
+        auto tile_bar = [&](int n) { return NST == 2 && (n & 1) ? full_t + 32 : full_t; };
         constexpr unsigned ROW = K * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
         auto copy_in = [&](int n) {   // warp 4: this block's share of chunk n's rows, to every block
-            if (e == 0) mbar_arrive_expect_tx(full_t, TILE);   // each block receives the whole tile
+            if (e == 0) mbar_arrive_expect_tx(tile_bar(n), TILE);   // each block receives the whole tile
             if constexpr (TMA) {   // one box per array: K channels x C tokens of head h, batch b
                 if (e == 0)
                     for (int ar = 0; ar < 3; ++ar)
-                        tma_load_4d(cx.base + L::OFF_STG + ar * C * ROW, maps[ar], 0, h, n * C, b, full_t);
+                        tma_load_4d(cx.base + tile_of(n) + ar * C * ROW, maps[ar], 0, h, n * C, b, tile_bar(n));
                 return;
             }
             for (int idx = (int)rank + CL * e; idx < 3 * C; idx += CL * 32) {
@@ -202,11 +209,20 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             const long long t = (long long)n * C + lane;
             xb = t < TT ? beta[(b * TT + t) * H + h] : TIn(0);
         };
-        if (e < 32) copy_in(0);
+        if constexpr (NST == 2) {   // the ring: chunks 0 and 1 at once
+            if (e < 32) {
+                copy_in(0);
+                if (1 < NC) copy_in(1);
+            }
+        } else {
+            if (e < 32) copy_in(0);
+        }
         load_beta(0);
         for (int n = 0; n < NC; ++n) {
             KDA_STAMP(0);
-            if (KDA_PROBE != 4 || n == 0) mbar_wait(full_t, n & 1);   // chunk n's tile has landed here (probe 4: chunk 0's, reused)
+            // chunk n's tile has landed here (probe 4: chunk 0's, reused)
+            if (KDA_PROBE != 4 || n == 0) mbar_wait(tile_bar(n), (n / NST) & 1);
+            const TIn* const stg = NST == 2 ? reinterpret_cast<const TIn*>(cx.sm + tile_of(n)) : stg1;
             TIn xg[TPT], xk[TPT], xq[TPT];
 #pragma unroll
             for (int u = 0; u < TPT; ++u) {
@@ -232,7 +248,11 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                         for (int r = 0; r < CL; ++r) mbar_arrive_cluster(empty_t, (unsigned)r);   // ... tell every block
                     if (e < 32) mbar_wait_cluster(empty_t, n & 1);    // every block has read its tile
                 }
-                if (e < 32 && KDA_PROBE != 4) copy_in(n + 1);
+                if constexpr (NST == 2) {   // the ring: chunk n + 2 into the tile just read
+                    if (e < 32 && n + 2 < NC) copy_in(n + 2);
+                } else {
+                    if (e < 32 && KDA_PROBE != 4) copy_in(n + 1);
+                }
                 load_beta(n + 1);
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)

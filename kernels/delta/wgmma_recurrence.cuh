@@ -104,6 +104,11 @@ static_assert(KDA_P1_LDA == 0 || KDA_P1_LDA == 1, "KDA_P1_LDA: 0 (recorded build
 #endif                 // ldmatrix while P2 runs (1), or read by each wgmma from shared memory (0, as recorded)
 static_assert(KDA_P4_LDA == 0 || KDA_P4_LDA == 1, "KDA_P4_LDA: 0 (recorded builds) or 1 (probe)");
 
+#ifndef KDA_STAGE_RING
+#define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's
+#endif                     // copies issued two chunks ahead (1), or one tile, a chunk ahead (0, as built)
+static_assert(KDA_STAGE_RING == 0 || KDA_STAGE_RING == 1, "KDA_STAGE_RING: 0 (as built) or 1 (probe)");
+
 #ifndef KDA_LATE_SIDE
 #define KDA_LATE_SIDE 0   // probe build: 13-17's side work issued behind P1 (1) or before it (0, as recorded)
 #endif

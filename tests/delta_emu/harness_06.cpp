@@ -280,7 +280,9 @@ int main(int argc, char** argv) {
     std::fill(ht10.begin(), ht10.end(), nan);
 #if EMU_BV == 32   // its rows are 32 value columns twice (at BV = 16 the outputs stay NaN)
     {
-        using LH = KdaWgLayout<K, V, C, BV, false, 4, 1, true, 2, true, false, false, true, 128, false, true>;
+        // (KDA_STAGE_RING, a probe build: two staging tiles and their second mbarrier)
+        using LH = KdaWgLayout<K, V, C, BV, false, KDA_STAGE_RING ? 5 : 4, KDA_STAGE_RING ? 2 : 1, true, 2, true, false,
+                               false, true, 128, false, true>;
         const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
         emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LH::NTH, (size_t)LH::SMEM_BYTES, [&] {
             kda_chunk_state_hilo<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),

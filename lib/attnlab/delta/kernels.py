@@ -812,6 +812,7 @@ class TcPlan:
     epoch: int = 0
     side_stream: Any = field(repr=False, default=None)
     prep_alias: bool | None = None   # 07's late arrays in the operands' space (None: on bf16 inputs; prep_alias)
+    state_ring: bool = False         # 23's probe build with two staging tiles (stage_ring)
 
     @property
     def state_kernel(self) -> str:
@@ -834,7 +835,7 @@ class TcPlan:
         _, _, threads, words = STATE_IMPLS[self.impl]
         threads = threads(self.bv) if callable(threads) else threads
         state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1),
-                     smem=state_smem_bytes(self.impl, K, V, self.bv, self.io))
+                     smem=state_smem_bytes(self.impl, K, V, self.bv, self.io, self.state_ring))
         return {"prep": dict(grid=(B * H, NC, 1) if self.impl in PRE_IMPLS else (NC, H, B), block=(FUSED_THREADS, 1, 1),
                              smem=4 * prep_smem_words(K, bf16=self.io == "bf16", alias=self.prep_alias)),
                 "state": state}
@@ -931,14 +932,26 @@ STATE_IMPLS = {
 }
 
 
-def state_smem_bytes(impl: str, K: int, V: int, bv: int, io: str = "fp32") -> int:
+def state_smem_bytes(impl: str, K: int, V: int, bv: int, io: str = "fp32", ring: bool = False) -> int:
     """Dynamic shared memory (bytes) the recurrence of a two-kernel ``impl`` is launched with: its layout's
     size for the I/O type (bf16 inputs stage half the bytes, and 19's tiles drop their lo half: 141 KB in
-    place of 202 KB at K = V = 128, room beside it for a block of 07)."""
+    place of 202 KB at K = V = 128, room beside it for a block of 07); ``ring``: 23's probe build with a
+    second staging tile and its mbarrier (:func:`stage_ring`)."""
     words = STATE_IMPLS[impl][3]
+    extra = 3 * FUSED_CHUNK * K * 4 + 8 if ring else 0
     if io == "bf16" and "bf16" in inspect.signature(words).parameters:
-        return 4 * words(K, V, bv, bf16=True)
-    return 4 * words(K, V, bv)
+        return 4 * words(K, V, bv, bf16=True) + extra
+    return 4 * words(K, V, bv) + extra
+
+
+def stage_ring(impl: str, defines: dict | None) -> bool:
+    """Whether the recurrence is 23's probe build with two staging tiles (KDA_STAGE_RING=1: WG_E's q, k, g copies
+    issued two chunks ahead, 48 KB more shared memory at K = 128); a one-line error for any other impl."""
+    ring = bool((defines or {}).get("KDA_STAGE_RING", 0))
+    if ring and impl != "hilo":
+        raise ValueError(f"KDA_STAGE_RING is a probe build of 23 (impl='hilo'), whose shared memory has room for a "
+                         f"second staging tile; got impl={impl!r}")
+    return ring
 
 
 MC_IMPLS = ("bulk", "bulk2", "multicast", "multicast2")   # 14's forms with kda_chunk_state_mc
@@ -1046,6 +1059,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                          "pass bv=32 or impl='lean'")
     C = FUSED_CHUNK
     alias = prep_alias(io == "bf16", prep_defines)   # 07's layout (the fused path has no 07)
+    ring = stage_ring(impl, defines)                 # 23's staging ring (probe build)
     if prep_defines and (impl == "fused" or impl in PRE_IMPLS):
         raise ValueError(f"prep_defines are probe builds of 07; impl={impl!r} runs "
                          f"{'06 alone' if impl == 'fused' else '21 in its place'}")
@@ -1064,7 +1078,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                                         + state_extra_args(impl, V, bv),
                                         defines=defines, arch=STATE_ARCH.get(impl))}
         kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf, alias=alias)
-        kernels["state"].max_dynamic_shared_size_bytes = state_smem_bytes(impl, K, V, bv, io)
+        kernels["state"].max_dynamic_shared_size_bytes = state_smem_bytes(impl, K, V, bv, io, ring)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
         if impl in PRE_IMPLS:   # 21's operand images and ready flags, 22's inputs
             if -(-T // C) > MAX_PRE_CHUNKS:
@@ -1097,7 +1111,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
             maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
     plan = TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps,
-                  prep_alias=alias)
+                  prep_alias=alias, state_ring=ring)
     if impl in PRE_IMPLS:   # side by side only where 22's grid leaves an SM free (side_by_side_safe)
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         plan.overlap = side_by_side_safe(B, H, V, int(bv), sms)
