@@ -110,7 +110,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     static_assert(KDA_PROBE != 5 || NKD == 2, "probe 5 hands buffers over as NKD = 2 does");
     static_assert(KDA_PROBE != 4 || CL == 1, "probe 4 reuses the block's own tile");
     static_assert(!AHEAD || (NKD == 2 && SLOT == 2), "18's hand-overs are written for two buffers and tensor-copied slots");
-    // 13's layout; mbarriers FULL_T, EMPTY_T, WG_C's two slots (PRE: no staging tile, and the operand buffers' two)
+    // 13's layout; mbarriers FULL_T, EMPTY_T, WG_C's two slots (PRE: no staging tile, and the operand buffers' two;
+    // the ring: the second staging tile's)
     // staging tiles: one, or (23's probe build KDA_STAGE_RING=1) two, each chunk's copy issued two chunks ahead
     constexpr int NST = PRE ? 0 : (HILO && KDA_STAGE_RING) ? 2 : 1;
     using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO>;
