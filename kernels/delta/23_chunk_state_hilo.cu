@@ -27,7 +27,8 @@
 // WG_E, its operand buffers (Kd^T rows, the [Kg; Qg]^T tile, 2^G_L) and WG_C's tensor-copied slots (T / A2, v)
 // are 19's, unchanged; the block's shared memory loses 19's S^T, X^T and V'^T tiles.
 // Probe build KDA_STAGE_RING=1: WG_E stages q, k, g in two tiles, each chunk's tensor copies issued two chunks ahead
-// (the 48 KB the chain no longer needs pay for the second tile: 225 KB in all at K = 128).
+// (without 19's tiles the layout has room for a second 48 KiB staging tile: 225 320 bytes in all at K = 128, under
+// the 227 KiB a block may use).
 // Not measured yet: this step was written without a GPU (scripts/probe_delta_lda.py times it beside 19, as built,
 // with the ring, after 07 aliased, with its chain alone and without input copies).
 //
