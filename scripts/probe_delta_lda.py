@@ -86,15 +86,22 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.3)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--cases", nargs="+", default=None, metavar="IMPL:IO",
+                    help="only these cases (e.g. tile:fp32 hilo:fp32); default all")
     ap.add_argument("--stamps-T", type=int, default=4096,
                     help="clock stamps of 19 (fp32) in each form at this T (notebook 13's phase table; 0: none)")
     a = ap.parse_args()
     import torch
 
+    known = [f"{impl}:{io}" for impl, io, _, _ in CASES]
+    if a.cases and not set(a.cases) <= set(known):
+        ap.error(f"--cases takes some of {' '.join(known)}; got {' '.join(a.cases)}")
+    cases = [c for c in CASES if a.cases is None or f"{c[0]}:{c[1]}" in a.cases]
     tasks = list(dict.fromkeys((impl, 128, bv, io, tuple(d.items()) if d else None)   # the recurrences' builds (07's
-                               for impl, io, _, bvs in CASES for bv in bvs for _, d, _ in forms_of(impl, io)))   # compile inline)
-    stamps = ([("tile", label, d) for label, d, p in forms_of("tile", "fp32") if not p] + [("hilo", "23", None)]
-              if a.stamps_T else [])
+                               for impl, io, _, bvs in cases for bv in bvs for _, d, _ in forms_of(impl, io)))   # compile inline)
+    stamps = (([("tile", label, d) for label, d, p in forms_of("tile", "fp32") if not p] if ("tile", "fp32") in
+               [c[:2] for c in cases] else []) + ([("hilo", "23", None)] if ("hilo", "fp32") in [c[:2] for c in cases]
+                                                 else []) if a.stamps_T else [])
     tasks += [(impl, 128, None, "fp32", tuple({**(d or {}), "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
               for impl, _, d in stamps]   # the defines phase_cycles builds with, in its order
     for task in [("tile", 128, None, "fp32", None), ("pre", 128, None, "fp32", None)]:   # 07 and 21 in the cache first
@@ -108,7 +115,7 @@ def main() -> None:
     chunk_kda, _, _ = fla_functions()
     for T in a.T:
         _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
-        for impl, io, label, bvs in CASES:
+        for impl, io, label, bvs in cases:
             x = fast.bf16_inputs(d) if io == "bf16" else {n: d[n] for n in ("q", "k", "v", "g", "beta")}
             host = (lambda y: y.float().cpu().numpy()) if io == "bf16" else (lambda y: y.get())
             ref = None   # the recorded build at the default width: every form and width is compared with it
