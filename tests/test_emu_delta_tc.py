@@ -475,6 +475,37 @@ def test_targets_are_computed_with_their_keys_and_misses_reported():
     assert fast.targets(lat3, acc4, mem).set_index("key").loc["x_fla_bf16_t16384_bf16io", "met"] == False  # noqa: E712
 
 
+
+def test_ratios_against_fla_use_its_faster_call_and_a_host_bound_eager_call_is_named():
+    """fla timed eagerly and as a CUDA-graph replay: the targets divide by the faster of the two at each T (an eager
+    call that waits on Python's launches must not flatter our kernels), say so in their detail, and
+    describe_fla_calls names the T where the eager call is host-bound; without the replay rows nothing changes."""
+    import pandas as pd
+
+    from attnlab.delta import fast
+
+    rows = [(fast.BEST, "fp32", 16384, 1.0), (fast.BEST, "fp32", 4096, 0.3), (fast.RECURRENT, "fp32", 16384, 13.5),
+            (fast.FLA, "bf16", 16384, 1.9), (fast.FLA, "bf16", 4096, 1.7), (fast.FLA_GRAPH, "bf16", 16384, 1.95),
+            (fast.FLA_GRAPH, "bf16", 4096, 0.6)]
+    lat = pd.DataFrame([dict(implementation=i, dtype=d, T=T, stage="all", median_ms=ms) for i, d, T, ms in rows])
+    acc = pd.DataFrame([dict(implementation=fast.BEST, dtype="fp32", T=16384, rel_err_o=7e-6, rel_err_state=5e-6)])
+    mem = pd.DataFrame([dict(implementation=fast.BEST, dtype="fp32", T=16384, extra_bytes=60)])
+    v = fast.targets(lat, acc, mem).set_index("key")
+    assert v.loc["x_fla_bf16_t16384", "value"] == pytest.approx(1.9)            # eager faster here: 1.9 / 1.0
+    assert "CUDA graph" not in v.loc["x_fla_bf16_t16384", "detail"]
+    assert v.loc["x_fla_bf16_t4096", "value"] == pytest.approx(2.0)             # the replay, not 1.7 / 0.3
+    assert "its CUDA graph; eager call 1.700 ms" in v.loc["x_fla_bf16_t4096", "detail"]
+    assert fast.fla_ms(lat, 4096) == (pytest.approx(0.6), fast.FLA_GRAPH)
+    lines = fast.describe_fla_calls(lat)
+    assert len(lines) == 1 and "host-bound" in lines[0] and "T=4096 (1.700 vs 0.600 ms)" in lines[0]
+    assert "T=16384 (" not in lines[0] and "0.97× at T=16384" in lines[0]
+    eager = lat[lat["implementation"] != fast.FLA_GRAPH]
+    assert fast.targets(eager, acc, mem).set_index("key").loc["x_fla_bf16_t4096", "value"] == pytest.approx(1.7 / 0.3)
+    assert fast.describe_fla_calls(eager) == []
+    calm = lat.assign(median_ms=np.where(lat["implementation"] == fast.FLA_GRAPH, lat["median_ms"] * 2.9, lat["median_ms"]))
+    assert "not host-bound" in fast.describe_fla_calls(calm)[0]
+
+
 # ----------------------------------------------------------------------------- memory safety
 
 SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
