@@ -11,11 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted((ROOT / "reports").glob("*/[0-9][0-9]_*.ipynb"))
 #: Reports known to predate their notebook, with why; each is shown as an expected failure, never
 #: silently passed. Remove an entry once the notebook's report is re-recorded.
-STALE: dict[str, str] = {
-    "h200/13_fast_delta": "notebook 13 gained its section on 21 -> 22 with fp32 inputs (commit b114cfc, 2026-12-04) and "
-                          "step 23 (2026-12-05); no GPU was lent to re-record it in either session (the report is the "
-                          "81b034c recording)",
-}
+STALE: dict[str, str] = {}
 
 
 def _sources(path: Path) -> list[tuple[str, str]]:
