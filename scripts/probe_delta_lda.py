@@ -2,6 +2,7 @@
 """GPU probe: the recurrence's A operands from registers (KDA_P1_LDA, KDA_P4_LDA; 23) against the recorded builds.
 
     PYTHONPATH=lib python scripts/probe_delta_lda.py [--T 16384] [--workers 15] [--out DIR] [--no-fla]
+        [--cases IMPL:IO ...] [--build-only]
 
 19, 20 and 22 read P1's A operand, the chunk's [Kg; Qg]^T tile, from shared memory in every wgmma; 13-22 read
 P4's, Kd^T, the same way. At fp32 inputs a k step of P1 is three m64n32k16 wgmmas that read 2 KB of A and 1 KB
@@ -22,7 +23,8 @@ turned around in registers, every A operand a register fragment) runs beside the
 layout, with two staging tiles (KDA_STAGE_RING: WG_E's q, k, g copies two chunks ahead), both, with its
 element-wise warpgroup idle (KDA_PROBE=5: the chain alone) and with no input copies after chunk 0 (KDA_PROBE=4: what
 the input traffic costs it; both results meaningless), with its stamps too. The recurrences' builds are compiled first, many
-at a time (scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp). Not a
+at a time (scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp), after each case (a temporary file, then a rename: an
+interrupted call keeps what was timed). Not a
 recorded run: notebook 13 records what the lab quotes.
 """
 
@@ -79,6 +81,14 @@ def forms_of(impl: str, io: str) -> list[tuple[str, dict | None, dict | None]]:
     return out
 
 
+def _save(rows: list[dict], path: Path) -> None:
+    """The rows as CSV at path, written whole or not at all (a temporary file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".csv.tmp")
+    pd.DataFrame(rows).to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--T", type=int, nargs="+", default=[16384])
@@ -86,6 +96,9 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.3)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--build-only", action="store_true",
+                    help="compile the probe's builds into the lab's cache and stop (a call's spare minutes; carry the "
+                         "cache to the call that times them)")
     ap.add_argument("--cases", nargs="+", default=None, metavar="IMPL:IO",
                     help="only these cases (e.g. tile:fp32 hilo:fp32); default all")
     ap.add_argument("--stamps-T", type=int, default=4096,
@@ -106,9 +119,18 @@ def main() -> None:
               for impl, _, d in stamps]   # the defines phase_cycles builds with, in its order
     for task in [("tile", 128, None, "fp32", None), ("pre", 128, None, "fp32", None)]:   # 07 and 21 in the cache first
         print(build(task), flush=True)
-    with mp.get_context("spawn").Pool(a.workers) as pool:
+    pool = mp.get_context("spawn").Pool(a.workers)
+    try:
         for line in pool.imap_unordered(build, tasks):
             print(line, flush=True)
+    except KeyboardInterrupt:   # a pool left to its workers would outlive the call's guard (and its results with it)
+        pool.terminate()
+        sys.exit("probe_delta_lda: interrupted while compiling; nothing timed (the finished builds are in the cache)")
+    pool.close()
+    pool.join()
+    if a.build_only:
+        print(f"{len(tasks)} probe builds in the cache; nothing timed (--build-only)")
+        return
 
     B, H, K, V = 2, 16, 128, 128
     rows = []
@@ -135,6 +157,7 @@ def main() -> None:
                     rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation=f"{label} {io}",
                                        form=form, T=T, bv=p.bv, stage=stage, overlap=p.overlap, **err))
                 del p
+            _save(rows, Path(a.out) / "probe_lda.csv")   # what is timed so far survives an interrupted call
         if chunk_kda is not None and not a.no_fla:
             t = fast.bf16_inputs(d)
 
@@ -152,14 +175,12 @@ def main() -> None:
             ph.append(t[t.warp.isin([0, 4])].assign(form=label))
         ph = pd.concat(ph)
         print(ph.pivot_table(index=["role", "phase"], columns="form", values="median_cycles", sort=False).to_string())
-        Path(a.out).mkdir(parents=True, exist_ok=True)
-        ph.to_csv(Path(a.out) / "probe_lda_phases.csv", index=False)
+        _save(ph.to_dict("records"), Path(a.out) / "probe_lda_phases.csv")
     df = pd.DataFrame(rows)
     cols = [c for c in ("implementation", "form", "T", "bv", "stage", "median_ms", "rel_iqr", "rel_o_vs_recorded",
                         "rel_state_vs_recorded") if c in df]
     print(df[cols].to_string())
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    df.to_csv(Path(a.out) / "probe_lda.csv", index=False)
+    _save(rows, Path(a.out) / "probe_lda.csv")
 
 
 if __name__ == "__main__":
