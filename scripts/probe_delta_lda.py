@@ -23,9 +23,8 @@ turned around in registers, every A operand a register fragment) runs beside the
 layout, with two staging tiles (KDA_STAGE_RING: WG_E's q, k, g copies two chunks ahead), both, with its
 element-wise warpgroup idle (KDA_PROBE=5: the chain alone) and with no input copies after chunk 0 (KDA_PROBE=4: what
 the input traffic costs it; both results meaningless), with its stamps too. The recurrences' builds are compiled first, many
-at a time (scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp), after each case (a temporary file, then a rename: an
-interrupted call keeps what was timed). Not a
-recorded run: notebook 13 records what the lab quotes.
+at a time (scripts/warm_delta_builds.py's build). Writes probe_lda.csv to --out (default $OUT or /tmp)
+after each case (a temporary file, then a rename: an interrupted call keeps what was timed). Not a recorded run: notebook 13 records what the lab quotes.
 """
 
 from __future__ import annotations
