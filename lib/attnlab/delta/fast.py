@@ -807,7 +807,7 @@ def fla_ms(latency: pd.DataFrame, T: int, dtype: str = "bf16") -> tuple[float, s
 
 
 def _fla_note(latency: pd.DataFrame, T: int, dtype: str = "bf16") -> str:
-    """' (CUDA graph; eager x ms)' when the graph replay is the faster call to fla, else ''."""
+    """' (its CUDA graph; eager call x ms)' when the graph replay is the faster call to fla, else ''."""
     ms, who = fla_ms(latency, T, dtype)
     return f" (its CUDA graph; eager call {_ms(latency, FLA, T, dtype):.3f} ms)" if who == FLA_GRAPH else ""
 
