@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab.arrays import rel_error
+from attnlab.results import write_csv_atomic
 from attnlab.delta import fast
 from attnlab.delta import kernels as dk
 from attnlab.delta.bench import _timed, device_inputs, fla_functions
@@ -81,11 +82,9 @@ def forms_of(impl: str, io: str) -> list[tuple[str, dict | None, dict | None]]:
 
 
 def _save(rows: list[dict], path: Path) -> None:
-    """The rows as CSV at path, written whole or not at all (a temporary file, then a rename)."""
+    """The rows as CSV at path, written whole or not at all (results.write_csv_atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".csv.tmp")
-    pd.DataFrame(rows).to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    write_csv_atomic(pd.DataFrame(rows), path)
 
 
 def main() -> None:
