@@ -14,12 +14,13 @@ products, in the same order, from registers: only B is read from shared memory b
 At B=2, H=16, K=V=128, one run: 07 -> 19 (fp32 and bf16 inputs) and 21 -> 22 (fp32, bf16) in the recorded
 build and with KDA_P1_LDA, KDA_P4_LDA and both (22 on fp32 inputs at one block per SM, KDA_PRE_MINB=1, in
 every probe form and once as recorded, so that its registers are not capped; 22 on bf16 inputs at BV = 16
-too), and 07 on fp32 inputs in the bf16 path's aliased layout at four blocks per SM (KDA_PREP_ALIAS): each
+too), and 07 on fp32 inputs in its earlier layout at three blocks per SM (KDA_PREP_ALIAS=0; since step 24 07 is
+built in the bf16 path's aliased layout at four, and 24 is 19 with KDA_P4_LDA's loads as its build): each
 call, its recurrence alone (and 07 alone), and the difference of o and the final state from the recorded
 build's at the default width (same words, same products: expected 0; at another width, rounding-level);
 fla's chunk_kda (bf16) beside them; and 19's clock stamps (fp32, --stamps-T) in each recurrence form,
 notebook 13's phase table per form (probe_lda_phases.csv). 23 (07 -> 23, fp32 inputs: 19's operands with the chain
-turned around in registers, every A operand a register fragment) runs beside them as built, after 07 in the aliased
+turned around in registers, every A operand a register fragment) runs beside them as built, after 07 in its earlier
 layout, with two staging tiles (KDA_STAGE_RING: WG_E's q, k, g copies two chunks ahead), both, with its
 element-wise warpgroup idle (KDA_PROBE=5: the chain alone) and with no input copies after chunk 0 (KDA_PROBE=4: what
 the input traffic costs it; both results meaningless), with its stamps too. The recurrences' builds are compiled first, many
@@ -52,6 +53,8 @@ FORMS = {"P1 A from registers": {"KDA_P1_LDA": 1}, "P4 A from registers": {"KDA_
 #: (impl, inputs, label, value-block widths): 22 on bf16 inputs at BV = 16 too (two blocks per SM), where the recorded
 #: build ran slower than at 32 (notebook 13's probe note): each chain's wgmmas re-read the whole A tile for half the
 #: columns, which the register forms no longer do
+#: 07's fp32 layout before step 24 (a probe build since): the late arrays in their own space, three blocks per SM
+EARLY_07 = "07 in its earlier fp32 layout (KDA_PREP_ALIAS=0, three blocks per SM)"
 CASES = (("tile", "fp32", "07+19", (None,)), ("tile", "bf16", "07+19", (None,)), ("pre", "fp32", "21+22", (None,)),
          ("pre", "bf16", "21+22", (None, 16)), ("hilo", "fp32", "07+23", (None,)))
 
@@ -60,14 +63,15 @@ def forms_of(impl: str, io: str) -> list[tuple[str, dict | None, dict | None]]:
     """(label, the recurrence's defines, 07's defines) of each build of a case, the recorded build first (every
     other is compared with it). 22 on fp32 inputs runs at one block per SM in every probe form, and once more so
     as the reference: its recorded cap, two, makes ptxas spill the register-operand forms, and one 22 block per
-    SM is all that fits its 148 KB of shared memory anyway. 07 on fp32 inputs (before 19) also runs in the bf16
-    path's aliased layout, four blocks per SM (KDA_PREP_ALIAS; 64 registers, no spill in the static build)."""
+    SM is all that fits its 148 KB of shared memory anyway. 07 on fp32 inputs (before 19) also runs in its earlier
+    layout, the late arrays in their own space at three blocks per SM (KDA_PREP_ALIAS=0; built aliased since step
+    24, four blocks per SM)."""
     out = [("recorded build", None, None)]
     if impl == "hilo":   # 23: no P1 / P4 forms (its every A operand is a register fragment already)
-        ring, alias = {"KDA_STAGE_RING": 1}, {"KDA_PREP_ALIAS": 1}
-        return out + [("07 aliased (four blocks per SM)", None, alias),
+        ring, early = {"KDA_STAGE_RING": 1}, {"KDA_PREP_ALIAS": 0}
+        return out + [(EARLY_07, None, early),
                       ("two staging tiles (KDA_STAGE_RING)", ring, None),
-                      ("07 aliased, two staging tiles", ring, alias),
+                      (f"{EARLY_07}, two staging tiles", ring, early),
                       ("chain alone, WG_E arithmetic idle (KDA_PROBE=5; results meaningless)", {"KDA_PROBE": 5}, None),
                       ("no input copies after chunk 0 (KDA_PROBE=4; results meaningless)", {"KDA_PROBE": 4}, None)]
     minb = {"KDA_PRE_MINB": 1} if (impl, io) == ("pre", "fp32") else {}
@@ -75,9 +79,9 @@ def forms_of(impl: str, io: str) -> list[tuple[str, dict | None, dict | None]]:
         out.append(("recorded build, KDA_PRE_MINB=1", minb, None))
     out += [(label, {**form, **minb}, None) for label, form in FORMS.items()]
     if (impl, io) == ("tile", "fp32"):
-        alias = {"KDA_PREP_ALIAS": 1}
-        out += [("07 aliased (four blocks per SM)", None, alias),
-                ("07 aliased, P1 and P4 A from registers", FORMS["P1 and P4 A from registers"], alias)]
+        early = {"KDA_PREP_ALIAS": 0}
+        out += [(EARLY_07, None, early), (f"{EARLY_07}, P1 and P4 A from registers", FORMS["P1 and P4 A from registers"],
+                                          early)]
     return out
 
 
@@ -139,9 +143,9 @@ def main() -> None:
             x = fast.bf16_inputs(d) if io == "bf16" else {n: d[n] for n in ("q", "k", "v", "g", "beta")}
             host = (lambda y: y.float().cpu().numpy()) if io == "bf16" else (lambda y: y.get())
             ref = None   # the recorded build at the default width: every form and width is compared with it
-            for bv, (form, fd, pd) in ((bv, f) for bv in bvs for f in forms_of(impl, io)):
+            for bv, (form, fd, prep_d) in ((bv, f) for bv in bvs for f in forms_of(impl, io)):
                 p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, bv=bv,
-                                  defines=fd, prep_defines=pd)
+                                  defines=fd, prep_defines=prep_d)
                 p.poison()
                 o, s = p.run()
                 o, s = host(o), s.get()

@@ -244,7 +244,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "fence.proxy.async.shared::cta" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                       "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide",
-                      "kda_chunk_state_pre"):
+                      "kda_chunk_state_pre", "kda_chunk_state_kdreg"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -252,6 +252,10 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mma.sync" not in r.ptx
         if function == "kda_chunk_state_pre":   # 22: the operands by a plain bulk copy, no element-wise arithmetic
             assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx and "ex2.approx" not in r.ptx
+        if function == "kda_chunk_state_kdreg":   # 24: 19's build with P4's Kd^T fragments loaded by ldmatrix.x4
+            (r19,) = static_build(dk.TILE_SRC, "kda_chunk_state_tile", [args], dk.static_arch(function, arch))
+            ldm = lambda ptx: ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16")  # noqa: E731
+            assert ldm(r.ptx) > ldm(r19.ptx), f"{r.name}: P4's Kd^T fragments are not loaded by ldmatrix.x4"
     elif spec.form == "tc":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx
@@ -263,7 +267,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
         assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx and ".reqnctapercluster" in r.ptx
     elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single", "kda_chunk_state_ahead",
-                      "kda_chunk_state_tile", "kda_chunk_state_wide"):
+                      "kda_chunk_state_tile", "kda_chunk_state_wide", "kda_chunk_state_kdreg"):
         # 14's TMA form (and 15's, 17's, 18's, 19's, 20's): a 4-D tensor copy per array and chunk, no cluster, no row copies
         assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
         assert "multicast" not in r.ptx and ".reqnctapercluster" not in r.ptx
@@ -273,19 +277,21 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "multicast" not in r.ptx and "mapa" not in r.ptx
     if function in ("kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single",
                     "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wgrs", "kda_chunk_state_wide",
-                    "kda_chunk_state_hilo"):
+                    "kda_chunk_state_hilo", "kda_chunk_state_kdreg"):
         # 14-20: the copy engine (async proxy) refills the staging tile once WG_E's barrier releases it, so
         # WG_E's loads of it are fenced for the async proxy before that barrier (scripts/stress_delta.py
         # caught 19 reading the next chunk's g, k without it): a barrier of WG_E's threads, all but WG_C's 128
         ne = dk.tc_threads(function, args) - 128
         assert (BAR_PROD, ne) in fenced_bar_syncs(r.ptx), f"{r.name}: the staging tile's release is not fenced"
-    if function in ("kda_chunk_state_tile", "kda_chunk_state_wide"):
-        # 19 (and 20): P1 with A MN-major from shared memory (tnspA = 1: K / 16 wgmmas a term, three terms at fp32, one
-        # at bf16), none with A from registers in P1 (P2's three terms: six a chunk)
+    if function in ("kda_chunk_state_tile", "kda_chunk_state_wide", "kda_chunk_state_kdreg"):
+        # 19 (and 20, 24): P1 with A MN-major from shared memory (tnspA = 1: K / 16 wgmmas a term, three terms at fp32,
+        # one at bf16), none with A from registers in P1 (P2's three terms: six a chunk); 24's P4 from registers too
+        # (two k steps, the state's K / 64 m64 tiles, three terms at fp32, one at bf16)
         n_mna = r.ptx.count("p, 1, 1, 1, 0;")
         assert n_mna == (1 if args[4] else 3) * args[0] // 16, f"{r.name}: {n_mna} MN-major-A wgmmas"
         n_rs = sum(1 for ln in r.ptx.splitlines() if "wgmma.mma_async" in ln and "}, {" in ln)
-        assert n_rs == 6, f"{r.name}: {n_rs} wgmmas with A from registers (P2's six expected)"
+        p4 = 2 * (args[0] // 64) * (1 if args[4] else 3) if function == "kda_chunk_state_kdreg" else 0
+        assert n_rs == 6 + p4, f"{r.name}: {n_rs} wgmmas with A from registers ({6 + p4} expected: P2's six, P4's {p4})"
     if function == "kda_chunk_state_cluster":
         # one cluster-barrier phase per chunk (split arrive / wait), P1 written through mapa'd addresses
         assert "barrier.cluster.arrive.release.aligned" in r.ptx and "barrier.cluster.wait.acquire.aligned" in r.ptx
@@ -319,11 +325,17 @@ def test_tensor_core_launcher_mirrors_the_kernel_layouts_and_errors():
     assert dk.lean_smem_words(128, 128, 32) == dk.ws_smem_words(128, 128, 32) - 3 * 32 * 128
     assert 4 * dk.cluster_smem_words(128, 128, 16) <= 227 * 1024
     assert 4 * dk.fused_smem_words(128, 128, 32) <= 227 * 1024
-    # 07 is built for four blocks per SM on the bf16 path (three at fp32): each block's shared memory and
-    # the 1 KB the SM reserves per block
-    for bf in (True, False):
-        assert dk.prep_blocks_per_sm(bf) * (4 * dk.prep_smem_words(128, bf16=bf) + 1024) <= 228 * 1024, bf
-    assert dk.prep_blocks_per_sm(False) == 3 and dk.prep_smem_words(128, bf16=True) < dk.prep_smem_words(128)
+    # 07 is built for four blocks per SM on both paths (its aliased layout; three in the fp32 probe build
+    # KDA_PREP_ALIAS=0, whose late arrays have their own space): each block's shared memory and the 1 KB the SM
+    # reserves per block
+    for alias, blocks in ((True, 4), (False, 3)):
+        assert dk.prep_blocks_per_sm(False, alias) == blocks
+        assert blocks * (4 * dk.prep_smem_words(128, alias=alias) + 1024) <= 228 * 1024 < \
+            (blocks + 1) * (4 * dk.prep_smem_words(128, alias=alias) + 1024), alias
+    assert dk.prep_blocks_per_sm(True) == dk.prep_blocks_per_sm(False) == 4
+    assert dk.prep_smem_words(128) < dk.prep_smem_words(128, alias=False)
+    assert dk.prep_alias(False, None) and not dk.prep_alias(False, {"KDA_PREP_ALIAS": 0})
+    assert dk.prep_alias(True, None, ops=True) and not dk.prep_alias(False, None, ops=True)   # 21: bf16 inputs only
     assert dk.ta_workspace_shape(2, 33, 3) == (2, 3, 2, 4, 32, 16)
     with pytest.raises(ValueError, match=r"compute capability >= 8\.0.*7\.5.*state='simt'"):
         dk.check_tc_device(75)
@@ -340,7 +352,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile', 'wide', 'pre' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile', 'wide', 'pre', 'kdreg' only.*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -729,7 +741,7 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide", "hilo"}   # 11, 13-16, 19, 20, 23:
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide", "hilo", "kdreg"}   # 11, 13-16, 19, 20, 23, 24:
     # clusters, wgmma, bulk and tensor copies
     # (17, "single", and 18, "ahead", are bf16-I/O paths only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
@@ -765,7 +777,7 @@ def test_launcher_shared_memory_is_the_static_tables_for_each_io():
             assert dk.state_smem_bytes(impl, 128, 128, bv, io) == dk.tc_smem_bytes(fn, args), (impl, io)
     # 19's bf16 layout leaves an SM room for a block of 07 beside it; its fp32 layout does not
     room = 228 * 1024 - 2 * 1024
-    assert dk.state_smem_bytes("tile", 128, 128, 32, "bf16") + 4 * dk.prep_smem_words(128, bf16=True) <= room
+    assert dk.state_smem_bytes("tile", 128, 128, 32, "bf16") + 4 * dk.prep_smem_words(128) <= room
     assert dk.state_smem_bytes("tile", 128, 128, 32, "fp32") + 4 * dk.prep_smem_words(128) > room
     # 22 (no staging tile, no WG_E) fits two blocks per SM at either width (its __launch_bounds__)
     for bv in dk.SUPPORTED_BV:
@@ -776,7 +788,7 @@ def test_launcher_shared_memory_is_the_static_tables_for_each_io():
     pre32 = dk.state_smem_bytes("pre", 128, 128, 32, "fp32") + 1024
     prep32 = dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, False)) + 1024
     assert pre32 + prep32 <= 228 * 1024 < pre32 + 2 * prep32
-    assert dk.prep_ops_blocks_per_sm(False) == dk.prep_blocks_per_sm(False) == 3
+    assert dk.prep_ops_blocks_per_sm(False) == dk.prep_blocks_per_sm(False, alias=False) == 3
 
 
 def test_pre_launches_21_chunk_major_and_22_with_its_layout():
@@ -797,7 +809,8 @@ def test_pre_launches_21_chunk_major_and_22_with_its_layout():
     plan = dk.TcPlan(arrays={}, dims=(2, 100, 3, 128, 128), scale=np.float32(128 ** -0.5), bv=32, impl="pre", ws={},
                      o=None, final_state=None, io="fp32")
     cfg = plan.launch_configs()
-    assert cfg["prep"]["smem"] == dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, False)) == 4 * dk.prep_smem_words(128)
+    assert cfg["prep"]["smem"] == dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, False)) == \
+        4 * dk.prep_smem_words(128, alias=False)
     assert cfg["state"]["smem"] == 4 * dk.pre_smem_words(128, 128, 32, bf16=False)
 
 

@@ -116,6 +116,10 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     # tile) instead of by WG_C (A fragments): the same words, the same products in the same order
     o, s = read("tl_o", (B, T, H, V)), read("tl_ht", (B, H, K, V))
     assert np.array_equal(o, out["dt"][0]) and np.array_equal(s, out["dt"][1]), "07<A2>->19 must reproduce 15 bit for bit"
+    # 24 is 19 with P4's A fragments loaded by ldmatrix (off the chain) in place of read by each wgmma: the same
+    # words, products and order (a fragment of the wrong channels, tokens or hi / lo half is 1e-3 or more away)
+    o24, s24 = read("kr_o", (B, T, H, V)), read("kr_ht", (B, H, K, V))
+    assert np.array_equal(o24, o) and np.array_equal(s24, s), "07<A2>->24 must reproduce 19 bit for bit"
     # 20 is 19 with each channel's running products split over two threads (four at K = 64) and joined:
     # the float64 recurrence's bound, and 19's values to the rounding of those products' order
     o, s = read("wd_o", (B, T, H, V)), read("wd_ht", (B, H, K, V))
@@ -177,6 +181,9 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     # 19 on bf16 inputs: 17's one-term products, P1's A from WG_E's tile: 17's words, bit for bit
     o19, s19 = read("tlb_o", (B, T, H, V)), read("tlb_ht", (B, H, K, V))
     assert np.array_equal(o19, o) and np.array_equal(s19, s), "07<A2>->19 bf16 I/O must reproduce 17 bit for bit"
+    # 24 on bf16 inputs: 19's one-term chain, P4's A (Kd^T hi) from registers: 19's words, bit for bit
+    o24, s24 = read("krb_o", (B, T, H, V)), read("krb_ht", (B, H, K, V))
+    assert np.array_equal(o24, o19) and np.array_equal(s24, s19), "07<A2>->24 bf16 I/O must reproduce 19 bit for bit"
     # 20 on bf16 inputs: 19's one-term products with the running products split: the same rounding model
     o20, s20 = read("wdb_o", (B, T, H, V)), read("wdb_ht", (B, H, K, V))
     assert rel(o20, mo) < SINGLE_TOL, f"07<A2>->20 bf16 I/O: o vs the rounding model {rel(o20, mo):.2e}"
@@ -207,16 +214,16 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
 @pytest.mark.parametrize("K, V, BV", [(64, 64, 16), (128, 128, 32)], ids=["K64V64BV16", "K128V128BV32"])
 def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tmp_path, K, V, BV):
     """KDA_P1_LDA and KDA_P4_LDA (scripts/probe_delta_lda.py) load P1's and P4's A operands from their shared-memory
-    tiles into registers by ldmatrix and issue the same products in the same order, and KDA_PREP_ALIAS runs 07 on
-    fp32 inputs in the bf16 path's aliased layout, and KDA_STAGE_RING gives 23's element-wise warpgroup two staging
-    tiles: every kernel of the harness (07 -> 08-20, 23 and 21 -> 22, fp32 and bf16 inputs) must write the recorded
-    build's o and final state bit for bit. Three chunks
+    tiles into registers by ldmatrix and issue the same products in the same order, KDA_PREP_ALIAS=0 runs 07 on
+    fp32 inputs in its earlier layout (the late arrays in their own space), and KDA_STAGE_RING gives 23's element-wise
+    warpgroup two staging tiles: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22, fp32 and bf16 inputs)
+    must write the recorded build's o and final state bit for bit. Three chunks
     and a tail with an initial state, so that P1 multiplies a nonzero state and P4's update is read back (a
     fragment from the wrong rows, channels or hi / lo half is 1e-3 or more away)."""
     B, T, H = 1, 70, 2
     x = random_inputs(B, T, H, K, V, seed=5 + K + BV, gate="mixed", initial_state=True)
     outs = {}
-    for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=1",
+    for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=0",
                                                        "-DKDA_STAGE_RING=1"))):
         d = tmp_path / name
         d.mkdir()
@@ -227,7 +234,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
                              capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
         outs[name] = {p.name: p.read_bytes() for p in d.iterdir() if p.name.endswith(("_o", "_ht"))}
-    for tag in ("tl", "tlb", "pr", "prb", "dt", "wg", "sgb", "hl"):   # 19, 22 (both inputs), 15, 13, 17, 23 among them
+    for tag in ("tl", "tlb", "pr", "prb", "dt", "wg", "sgb", "hl", "kr", "krb"):   # 19, 22 (both inputs), 15, 13, 17, 23, 24
         assert f"{tag}_o" in outs["recorded"], f"the harness no longer writes {tag}_o"
     assert outs["probe"].keys() == outs["recorded"].keys()
     differ = sorted(n for n in outs["recorded"] if outs["probe"][n] != outs["recorded"][n])
@@ -358,7 +365,7 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
     """scripts/probe_delta_lda.py's builds through kda_tc's launch path on the CPU model: each form of 19 and 22
     (fp32 inputs) writes the recorded build's o and final state bit for bit, and the defines do reach the build
     (KDA_P1_TERMS=1, which drops P1's lo terms, changes o): the comparison is not between two identical builds.
-    07's probe build (KDA_PREP_ALIAS, 19's forms) is launched with its aliased layout's shared memory."""
+    07's probe build (KDA_PREP_ALIAS=0, 19's forms) is launched with its earlier layout's shared memory."""
     import sys
 
     from attnlab.delta import kernels as dk
@@ -383,8 +390,8 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
             assert (plan.kernels["state"].defines, plan.kernels["prep"].defines) == (defines or {}, prep_defines or {})
             if prep_defines:   # 07 in the aliased layout, launched with that layout's shared memory (a launch smaller
                 smem = plan.launch_configs()["prep"]["smem"]   # than the kernel's layout traps in the CPU model):
-                assert smem == 4 * dk.prep_smem_words(64, bf16=True) < 4 * dk.prep_smem_words(64), label   # the bf16 path's
-                assert 4 * (4 * dk.prep_smem_words(128, alias=True) + 1024) <= 228 * 1024   # four blocks fit an SM
+                assert smem == 4 * dk.prep_smem_words(64, alias=False) > 4 * dk.prep_smem_words(64), label   # 07's earlier
+                assert 3 * (4 * dk.prep_smem_words(128, alias=False) + 1024) <= 228 * 1024   # fp32 layout: three blocks
             plan.poison()
             o, s = (a.get() for a in plan.run())
             ref = recorded.setdefault(impl, (o, s))

@@ -27,12 +27,14 @@
 // q, k and g are read straight from global memory into registers (each thread two adjacent
 // channels of C / NQ rows), so shared memory holds only the products' operands; Akk, T and the four
 // output arrays live in the same space once the pair products have read it (their results wait in
-// registers across one more barrier): ~54 KB a block, four blocks per SM on the bf16 path (whose
-// 07 waited on its loads with three: Nsight Compute counted barrier and long-scoreboard stalls with
-// 36 % of the warps active), three on the fp32 path (its registers: 64 a thread would spill).
-// The probe build KDA_PREP_ALIAS=1 runs the fp32 path in the bf16 path's aliased layout (Akk / Aqk kept in
-// registers across the barrier, ~54 KB): nvcc 13's static build fits it in 64 registers with no spill (the
-// recorded layout spills a few bytes there), so four blocks per SM; scripts/probe_delta_lda.py times it.
+// registers across one more barrier): ~54 KB a block, four blocks per SM (on the bf16 path, whose 07 waited on
+// its loads with three: Nsight Compute counted barrier and long-scoreboard stalls with 36 % of the warps active).
+// The fp32 path first kept the late arrays in their own space, three blocks per SM (64 registers a thread
+// spilled a few bytes there); since step 24 it takes the bf16 path's aliased layout too: nvcc 13 fits it in 64
+// registers with no spill, so four blocks per SM, and the probe that compared the two (scripts/probe_delta_lda.py,
+// before 24) found 07 faster aliased, its outputs bit for bit the same. KDA_PREP_ALIAS=0 is the earlier fp32
+// layout, a probe build now. 21 on fp32 inputs keeps the earlier layout and its three blocks per SM (its own
+// __launch_bounds__, kernels.prep_ops_blocks_per_sm).
 #pragma once   // 21 includes this file for kda_prep_body
 
 #include "delta_common.cuh"
@@ -41,9 +43,9 @@
 #include "ops_image.cuh"
 
 #ifndef KDA_PREP_ALIAS
-#define KDA_PREP_ALIAS 0   // probe build (07 on fp32 inputs; results valid): the bf16 path's shared-memory aliasing and
-#endif                     // four blocks per SM (1), or the late arrays in their own space and three (0, as recorded)
-static_assert(KDA_PREP_ALIAS == 0 || KDA_PREP_ALIAS == 1, "KDA_PREP_ALIAS: 0 (recorded builds) or 1 (probe)");
+#define KDA_PREP_ALIAS 1   // 07 on fp32 inputs: the bf16 path's shared-memory aliasing and four blocks per SM (1, as
+#endif                     // built), or (probe build; results valid) the late arrays in their own space and three (0)
+static_assert(KDA_PREP_ALIAS == 0 || KDA_PREP_ALIAS == 1, "KDA_PREP_ALIAS: 1 (as built) or 0 (probe)");
 
 template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (bf16 path)
 struct KdaPrepLayout {
@@ -79,7 +81,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
               unsigned* __restrict__ TA, unsigned char* __restrict__ ops, int* __restrict__ ready, int epoch, int T,
               int H, float scale) {
-    // bf16 path (probe KDA_PREP_ALIAS: 07 on fp32 too): four blocks per SM, the late arrays in the operands' space
+    // 07 (KDA_PREP_ALIAS; 21 on bf16 inputs only): four blocks per SM, the late arrays in the operands' space
     using L = KdaPrepLayout<K, C, BF || (KDA_PREP_ALIAS && !OPS)>;
     static_assert(C == 32, "the inverse works on two 16 x 16 blocks: chunks of 32");
     static_assert(K == 64 || K == 128, "K in {64, 128}");

@@ -94,9 +94,11 @@
 // WG_E's operands with fewer instructions (DIET: step 15), P1 and P4 as one bf16 term (ONE: step 17),
 // each chunk's P1 a chunk early (AHEAD: step 18), P1's A from shared memory (SMA: step 19), WG_E's threads
 // (NE: 256 in step 20), the operands from 21's images, WG_E one warp issuing their bulk copies (PRE: 22), and
-// WG_C's chain turned around in registers, each value column's hi and lo terms an accumulator row pair (HILO: 23).
+// WG_C's chain turned around in registers, each value column's hi and lo terms an accumulator row pair (HILO: 23),
+// and P4's A operand loaded into registers while P2 runs (P4R: 24).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
-          bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false, bool HILO = false>
+          bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false, bool HILO = false,
+          bool P4R = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -114,7 +116,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     // the ring: the second staging tile's)
     // staging tiles: one, or (23's probe build KDA_STAGE_RING=1) two, each chunk's copy issued two chunks ahead
     constexpr int NST = PRE ? 0 : (HILO && KDA_STAGE_RING) ? 2 : 1;
-    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO>;
+    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO,
+                          P4R>;
     static_assert(NST < 2 || (TMA && CL == 1 && KDA_PROBE != 4), "the staging ring: tensor copies, no cluster, copies on");
     static_assert(!PRE || (KDA_PROBE == 0 || KDA_PROBE == 3), "22 has no element-wise warpgroup to probe");
     using TIn = typename KdaIn<BF>::T;

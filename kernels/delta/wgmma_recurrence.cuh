@@ -14,7 +14,7 @@
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
           int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128,
-          bool PRE_ = false, bool HILO_ = false>
+          bool PRE_ = false, bool HILO_ = false, bool P4R_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -23,6 +23,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
                        // is one producer warp (NE_ = 32, 22)
                        // HILO_: the chain turned around in registers, hi and lo terms as accumulator row pairs
                        // (23): no S^T, X^T or V'^T tiles
+                       // P4R_: P4's A, Kd^T, from registers, loaded by ldmatrix while P2 runs (24)
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19), two (20), a warp (22)
@@ -49,6 +50,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr bool HILO = HILO_;                 // 23: the chain's operands stay in registers
     static_assert(!HILO || (SMA && !ONE && !PRE && NE_ == 128 && BV == 32 && DENSE),
                   "23: 19's fp32 operand buffers and tensor-copied slots, one element-wise warpgroup, 32 value columns");
+    static constexpr bool P4R = P4R_;                   // 24: P4's A fragments loaded once a chunk, off the chain
+    static_assert(!P4R || (SMA && !PRE && !HILO && NE_ == 128), "24: 19's loop (one element-wise warpgroup) with P4's A "
+                                                               "from registers");
     // byte offsets from the 1024-aligned base
     static constexpr int ST_BYTES = HILO ? 0 : K * BV * 2;   // one S^T tile (hi or lo): K/64 chunks of BV rows
     static constexpr int OFF_STH = 0;
@@ -101,7 +105,8 @@ static_assert(KDA_P1_TERMS == 1 || KDA_P1_TERMS == 3, "KDA_P1_TERMS: 3 (recorded
 static_assert(KDA_P1_LDA == 0 || KDA_P1_LDA == 1, "KDA_P1_LDA: 0 (recorded builds) or 1 (probe)");
 #ifndef KDA_P4_LDA
 #define KDA_P4_LDA 0   // probe build (13-17, 19, 20, 22; results valid): P4's A, Kd^T, from registers, loaded by
-#endif                 // ldmatrix while P2 runs (1), or read by each wgmma from shared memory (0, as recorded)
+#endif                 // ldmatrix while P2 runs (1), or read by each wgmma from shared memory (0, as recorded);
+                       // step 24 is 19 built that way (KdaWgLayout's P4R)
 static_assert(KDA_P4_LDA == 0 || KDA_P4_LDA == 1, "KDA_P4_LDA: 0 (recorded builds) or 1 (probe)");
 
 #ifndef KDA_STAGE_RING
@@ -555,9 +560,10 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), 1);
         }
     };
-    // probe (KDA_P4_LDA): P4's A fragments, Kd^T of chunk m ([tile][k step][lo / hi]; ONE: hi only), K-major rows
-    // of the buffer: matrix mi of tile mt, k step s is channels 64 mt + 16 warp + 8 (mi % 2) .., tokens 16s + 8 (mi / 2) ..
-    constexpr bool P4L = KDA_P4_LDA && !L::AHEAD;
+    // 24 (P4R; probe KDA_P4_LDA in the other forms): P4's A fragments, Kd^T of chunk m ([tile][k step][lo / hi]; ONE:
+    // hi only), K-major rows of the buffer: matrix mi of tile mt, k step s is channels 64 mt + 16 warp + 8 (mi % 2) ..,
+    // tokens 16s + 8 (mi / 2) ..
+    constexpr bool P4L = (KDA_P4_LDA || L::P4R) && !L::AHEAD;
     unsigned kdf[P4L ? MT : 1][2][2][4];
     auto load_kd = [&](int m) {
         if constexpr (P4L) {
@@ -588,7 +594,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                                               : kd_a + mt * 8192 + 32 * s + (term == 0 ? 64 : 0);
                     const unsigned bb = svp_a + 32 * s + (term == 1 ? 64 : 0);
                     if constexpr (P4L) wgmma_rs_kb<BV, true>(sacc[mt], kdf[mt][s][term == 0 ? 0 : 1], desc(bb), 1);
-                    else wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);   // (probe P4L: load_kd's fragments of a)
+                    else wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);   // (P4L: load_kd's fragments of a)
                 }
     };
     // P2's A rows of chunk n's slot (warp's tokens: T rows at g8, A2 rows at g8 + 8)
@@ -842,7 +848,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_fence();
         issue_p2(p2, ta);
         wgmma_commit();
-        load_kd(n);   // probe (KDA_P4_LDA): P4's A fragments while P2 runs (P4 of chunk n - 1 has read the last ones)
+        load_kd(n);   // 24 (or probe KDA_P4_LDA): P4's A fragments while P2 runs (P4 of chunk n - 1 has read the last ones)
         wgmma_wait<0>();
         fence_regs(p2);
         KDA_STAMP(3);

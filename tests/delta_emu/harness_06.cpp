@@ -37,6 +37,7 @@
 #include "delta/21_chunk_prep_ops.cu"
 #include "delta/22_chunk_state_pre.cu"
 #include "delta/23_chunk_state_hilo.cu"
+#include "delta/24_chunk_state_kdreg.cu"
 
 int main(int argc, char** argv) {
     if (argc != 7) { std::fprintf(stderr, "usage: harness_06 DIR B T H SCALE HAS_H0\n"); return 2; }
@@ -275,6 +276,20 @@ int main(int argc, char** argv) {
     }
     write_f32(dir + "/tl_o", o9);
     write_f32(dir + "/tl_ht", ht10);
+    // 24: 19 with P4's A (Kd^T hi / lo) loaded into registers while P2 runs
+    std::fill(o9.begin(), o9.end(), nan);
+    std::fill(ht10.begin(), ht10.end(), nan);
+    {
+        using LR = KdaWgLayout<K, V, C, BV, false, 4, 1, true, 2, true, false, false, true, 128, false, false, true>;
+        const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LR::NTH, (size_t)LR::SMEM_BYTES, [&] {
+            kda_chunk_state_kdreg<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
+                                               has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
+                                               mg, mk, mq, mv, tamap(ta2.data()));
+        });
+    }
+    write_f32(dir + "/kr_o", o9);
+    write_f32(dir + "/kr_ht", ht10);
     // 23: 19's WG_E and copies, the chain turned around in registers (value columns' hi / lo terms as row pairs)
     std::fill(o9.begin(), o9.end(), nan);
     std::fill(ht10.begin(), ht10.end(), nan);
@@ -546,6 +561,21 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
     write_f32(dir + "/tlb_o", o6);
     write_f32(dir + "/tlb_ht", ht11);
+    // 24 on bf16 inputs: 19's one-term chain with P4's A (Kd^T hi) from registers
+    std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
+    std::fill(ht11.begin(), ht11.end(), nan);
+    {
+        using LRB = KdaWgLayout<K, V, C, BV, true, 4, 1, true, 2, true, true, false, true, 128, false, false, true>;
+        const TmaMap mg = tmap(gb.data(), 2), mk = tmap(kb.data(), 2), mq = tmap(qb.data(), 2), mv = vmap(vb.data(), 2);
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LRB::NTH, (size_t)LRB::SMEM_BYTES, [&] {
+            kda_chunk_state_kdreg<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
+                                                     has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
+                                                     mg, mk, mq, mv, tamap(tab2.data()));
+        });
+    }
+    for (size_t i = 0; i < nv; ++i) o6[i] = emu_bf16_to_float(ob[i]);
+    write_f32(dir + "/krb_o", o6);
+    write_f32(dir + "/krb_ht", ht11);
     // 20 on bf16 inputs: 19's with two element-wise warpgroups
     std::fill(ob.begin(), ob.end(), (unsigned short)0x7fc0u);
     std::fill(ht11.begin(), ht11.end(), nan);

@@ -19,7 +19,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 17
   with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
   bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
-  layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``23`` (``"hilo"``: 19's
+  layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``24`` (``"kdreg"``: 19
+  with P4's A operand, Kd^T, loaded into registers while P2 runs; sm_90a), → ``23`` (``"hilo"``: 19's
   element-wise warpgroup with 16's chain turned around at 32 value columns, each column's hi and lo terms a pair of
   accumulator rows; fp32 inputs only; sm_90a), → ``12`` (``"regs"``),
   or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
@@ -71,7 +72,7 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single", "ahead", "tile", "wide", "pre")
+              "wgrs", "single", "ahead", "tile", "wide", "pre", "kdreg")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
@@ -189,12 +190,18 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "operand from registers (16's products), a value column's hi and lo terms as one row pair of the "
                 "wgmma's 64: 32 columns a block as in 19, 32 wgmmas a chunk in place of 42, nothing of the chain "
                 "through shared memory (fp32 inputs)"),
+    DeltaKernel("24", "delta/24_chunk_state_kdreg.cu", "kda_chunk_state_kdreg", "tc",
+                "recurrence on warpgroup MMAs, P4's A operand from registers (sm_90a)", 90,
+                "19 with the chunk's Kd^T loaded by ldmatrix into registers while P2 runs (off the chain): P4's "
+                "twelve wgmmas (fp32 inputs; four on bf16) read only V'^T from shared memory, the same products in "
+                "the same order (bit for bit 19's results); and 07 on fp32 inputs in its aliased layout, four "
+                "blocks per SM"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
  WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
- WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC) = (
+ WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -598,36 +605,42 @@ def fused_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return fp32 + pairs
 
 
-def prep_smem_words(K: int, C: int = FUSED_CHUNK, bf16: bool = False, alias: bool | None = None) -> int:
-    """Dynamic shared memory of ``kda_chunk_prep`` (07) in words (mirrors ``KdaPrepLayout``; on the bf16
-    path, ``alias`` by default, Akk, T and the output arrays share the operands' space; ``alias=True`` at
-    fp32: the probe build KDA_PREP_ALIAS, :func:`prep_alias`)."""
+def prep_smem_words(K: int, C: int = FUSED_CHUNK, alias: bool = True) -> int:
+    """Dynamic shared memory of ``kda_chunk_prep`` (07) and ``kda_chunk_prep_ops`` (21) in words (mirrors
+    ``KdaPrepLayout``). ``alias``: Akk, T and the output arrays share the operands' space, as 07 is built on both
+    paths and 21 on bf16 inputs; ``alias=False``: 21 on fp32 inputs, and 07's probe build KDA_PREP_ALIAS=0 (its
+    earlier fp32 layout; :func:`prep_alias`)."""
     LK, LC, LA = K // 2 + 4, C // 2 + 4, C + 2
     NQ = FUSED_THREADS // (K // 2)
-    late = 0 if (bf16 if alias is None else alias) else 2 * C * LA + 16 * 17 + 4 * C * LC
+    late = 0 if alias else 2 * C * LA + 16 * 17 + 4 * C * LC
     return max(6 * C * LK, 3 * C * K) + late + NQ * K + C + 4
 
 
-def prep_alias(bf16: bool, prep_defines: dict | None) -> bool:
-    """Whether 07's build shares the operands' space with its late arrays: on bf16 inputs always, at fp32 in the
-    probe build KDA_PREP_ALIAS=1 (07_chunk_prep_tc.cu; four blocks per SM, scripts/probe_delta_lda.py)."""
-    return bf16 or bool((prep_defines or {}).get("KDA_PREP_ALIAS", 0))
+def prep_alias(bf16: bool, prep_defines: dict | None, ops: bool = False) -> bool:
+    """Whether the token-parallel kernel shares the operands' space with its late arrays: 07 on both paths (since
+    step 24; at fp32 its probe build KDA_PREP_ALIAS=0 does not, 07_chunk_prep_tc.cu), 21 (``ops``) on bf16 inputs
+    only."""
+    if ops:
+        return bf16
+    return bf16 or bool((prep_defines or {}).get("KDA_PREP_ALIAS", 1))
 
 
-def prep_blocks_per_sm(bf16: bool) -> int:
-    """The blocks per SM 07 is built for (its ``__launch_bounds__``): four on the bf16 path, three at fp32
-    (64 registers a thread would spill there)."""
-    return 4 if bf16 else 3
+def prep_blocks_per_sm(bf16: bool, alias: bool = True) -> int:
+    """The blocks per SM 07 is built for (its ``__launch_bounds__``): four in its aliased layout (both paths; 64
+    registers a thread, no spill), three in the probe build KDA_PREP_ALIAS=0 at fp32."""
+    return 4 if bf16 or alias else 3
 
 
 #: 21's __launch_bounds__ on bf16 inputs: four blocks per SM, 64 registers (a small spill; 21_chunk_prep_ops.cu
-#: says why); on fp32 inputs 07's three
+#: says why); on fp32 inputs three (07's earlier fp32 layout, which 21 keeps)
 PREP_OPS_BLOCKS_PER_SM = 4
+PREP_OPS_FP32_BLOCKS_PER_SM = 3
 
 
 def prep_ops_blocks_per_sm(bf16: bool) -> int:
-    """The blocks per SM 21 is built for: :data:`PREP_OPS_BLOCKS_PER_SM` on bf16 inputs, 07's three on fp32."""
-    return PREP_OPS_BLOCKS_PER_SM if bf16 else prep_blocks_per_sm(False)
+    """The blocks per SM 21 is built for: :data:`PREP_OPS_BLOCKS_PER_SM` on bf16 inputs,
+    :data:`PREP_OPS_FP32_BLOCKS_PER_SM` on fp32."""
+    return PREP_OPS_BLOCKS_PER_SM if bf16 else PREP_OPS_FP32_BLOCKS_PER_SM
 #: Spill bytes (stores, loads, stack) a kernel's static build may show; every other kernel builds without
 #: spills. 21 at 64 registers spills a few dozen bytes and ran faster alone than at 80 without (0.40 against
 #: 0.44 ms, scripts/probe_delta_timeline.py), and only at 64 do two of its blocks fit beside one of 22.
@@ -811,7 +824,7 @@ class TcPlan:
     overlap: bool = False
     epoch: int = 0
     side_stream: Any = field(repr=False, default=None)
-    prep_alias: bool | None = None   # 07's late arrays in the operands' space (None: on bf16 inputs; prep_alias)
+    prep_alias: bool | None = None   # 07's (21's) late arrays in the operands' space (None: as built, prep_alias)
     state_ring: bool = False         # 23's probe build with two staging tiles (stage_ring)
 
     @property
@@ -837,7 +850,8 @@ class TcPlan:
         state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1),
                      smem=state_smem_bytes(self.impl, K, V, self.bv, self.io, self.state_ring))
         return {"prep": dict(grid=(B * H, NC, 1) if self.impl in PRE_IMPLS else (NC, H, B), block=(FUSED_THREADS, 1, 1),
-                             smem=4 * prep_smem_words(K, bf16=self.io == "bf16", alias=self.prep_alias)),
+                             smem=4 * prep_smem_words(K, alias=prep_alias(self.io == "bf16", None, ops=self.impl in PRE_IMPLS)
+                                                      if self.prep_alias is None else self.prep_alias)),
                 "state": state}
 
     def poison(self) -> None:
@@ -927,6 +941,7 @@ STATE_IMPLS = {
     "wide": (WIDE_SRC, "kda_chunk_state_wide", WIDE_THREADS, wide_smem_words),
     "pre": (PRE_SRC, "kda_chunk_state_pre", PRE_THREADS, pre_smem_words),
     "hilo": (HILO_SRC, "kda_chunk_state_hilo", WGMMA_THREADS, hilo_smem_words),
+    "kdreg": (KDREG_SRC, "kda_chunk_state_kdreg", WGMMA_THREADS, tile_smem_words),   # 24: 19's layout
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -961,7 +976,8 @@ TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" wi
              "ahead",                                    # 18: 17 with each chunk's P1 a chunk early
              "tile",                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
              "wide",                                     # 20: 19 with two element-wise warpgroups
-             "hilo")                                     # 23: 19 with the chain turned around in registers
+             "hilo",                                     # 23: 19 with the chain turned around in registers
+             "kdreg")                                    # 24: 19 with P4's A from registers
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -1021,8 +1037,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         what, why, instead = FP32_ONLY_WHY[impl]
         raise ValueError(f"impl={impl!r} ({what}) runs on fp32 inputs only: {why}; pass {instead} or float32 inputs")
     if io == "bf16" and impl not in BF16_IMPLS:
-        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18, 19 "
-                         f"or 20, or 21 -> 22), got "
+        raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18, 19, "
+                         f"20 or 24, or 21 -> 22), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
         what, why, instead = BF16_ONLY_WHY[impl]
@@ -1037,7 +1053,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     device = cp.cuda.Device()
     check_tc_device(int(device.compute_capability))
     if impl in STATE_ARCH and int(device.compute_capability) != 90:
-        raise ValueError(f"impl={impl!r} (kernels 13-23, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
+        raise ValueError(f"impl={impl!r} (kernels 13-24, wgmma) is built for {STATE_ARCH[impl]} (H100 / H200) only; this GPU "
                          f"has compute capability {int(device.compute_capability) / 10:.1f}; use impl='lean'")
     if impl == "cluster" and int(device.compute_capability) < CLUSTER_MIN_CC:
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
@@ -1058,7 +1074,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl={impl!r} runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
                          "pass bv=32 or impl='lean'")
     C = FUSED_CHUNK
-    alias = prep_alias(io == "bf16", prep_defines)   # 07's layout (the fused path has no 07)
+    alias = prep_alias(io == "bf16", prep_defines, ops=impl in PRE_IMPLS)   # 07's (21's) layout
     ring = stage_ring(impl, defines)                 # 23's staging ring (probe build)
     if prep_defines and (impl == "fused" or impl in PRE_IMPLS):
         raise ValueError(f"prep_defines are probe builds of 07; impl={impl!r} runs "
@@ -1077,7 +1093,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                         + state_extra_args(impl, V, bv),
                                         defines=defines, arch=STATE_ARCH.get(impl))}
-        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, bf16=bf, alias=alias)
+        kernels["prep"].max_dynamic_shared_size_bytes = 4 * prep_smem_words(K, alias=alias)
         kernels["state"].max_dynamic_shared_size_bytes = state_smem_bytes(impl, K, V, bv, io, ring)
         ws = {"TA": cp.empty(ta_workspace_shape(B, T, H), dtype=cp.uint32)}
         if impl in PRE_IMPLS:   # 21's operand images and ready flags, 22's inputs
@@ -1156,10 +1172,10 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     function name and template arguments (K, V or C, ...) as :func:`static_instantiations` lists them."""
     if function == "kda_chunk_fused":
         return 4 * fused_smem_words(args[0], args[1], args[3])
-    if function == "kda_chunk_prep":   # (K, C, BF, A2)
-        return 4 * prep_smem_words(args[0], bf16=bool(args[2]))
-    if function == "kda_chunk_prep_ops":   # (K, C, BF): 07's layout
-        return 4 * prep_smem_words(args[0], bf16=bool(args[2]))
+    if function == "kda_chunk_prep":   # (K, C, BF, A2): aliased on both paths
+        return 4 * prep_smem_words(args[0])
+    if function == "kda_chunk_prep_ops":   # (K, C, BF): aliased on bf16 inputs only
+        return 4 * prep_smem_words(args[0], alias=prep_alias(bool(args[2]), None, ops=True))
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
         return 4 * wgmma_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]),
                                     nst=args[5] if len(args) > 5 else 1)
@@ -1169,7 +1185,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function in ("kda_chunk_state_mc", "kda_chunk_state_diet", "kda_chunk_state_single",
                     "kda_chunk_state_ahead"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
-    if function == "kda_chunk_state_tile":   # (K, V, C, BV, BF)
+    if function in ("kda_chunk_state_tile", "kda_chunk_state_kdreg"):   # (K, V, C, BV, BF): 24 in 19's layout
         return 4 * tile_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wide":   # (K, V, C, BV, BF)
         return 4 * wide_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
@@ -1270,6 +1286,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                     "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
-                    "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo"):
+                    "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo", "kda_chunk_state_kdreg"):
         return WGMMA_ARCH
     return arch

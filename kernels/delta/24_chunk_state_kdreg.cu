@@ -1,0 +1,32 @@
+// 24 — chunked KDA: 19's recurrence with P4's A operand, the chunk's Kd^T, taken from registers: its fragments
+// are loaded by ldmatrix once a chunk while P2 runs, off the chain, and P4's wgmmas read only V'^T (B) from
+// shared memory.
+//
+// What changed from 19, and why. P4 (S = 2^G_L S + Kd^T V') is the chain's last product: at fp32 inputs two
+// k steps of three terms over the state's two m64 tiles, twelve m64n32k16 wgmmas that each read a 2 KB A tile
+// (Kd^T, hi or lo) and a 1 KB B tile (V'^T) from shared memory. 19's notes find the chunk short of shared-memory
+// bandwidth rather than of tensor work (notebook 13's Nsight Compute rows of 19: shared-memory wavefronts far above
+// the tensor pipe's share; P1's two lo terms dropped, and their shared-memory operands with them, ran faster).
+// Kd^T does not depend on the state, so its fragments can be in registers before the chain needs them: each WG_C
+// warp loads its 16 channels of both m64 tiles, k steps 0 and 1, hi and lo (8 ldmatrix.x4, 32 registers at fp32
+// inputs; on bf16 ones the hi words only, 4 and 16) right after issuing P2, and P4 issues the same products in the
+// same order as register-A wgmmas. Same words, same products, same order: o and the final state are 19's bit for
+// bit (tests/test_emu_delta_tc.py on the CPU model; scripts/probe_delta_lda.py compared them on the H200 as 19's
+// probe build KDA_P4_LDA=1).
+// Why P4 and not P1: the same probe loaded P1's A ([Kg; Qg]^T, twice Kd^T's fragments) the same way (KDA_P1_LDA);
+// that recurrence ran faster alone but not after 07, and both loaded together ran no faster than P4's alone (a
+// probe's times, not recorded; notebook 13 records 24 beside 19).
+// Kd^T's buffer is still handed back after P4 (its fragments are in registers earlier, but 19's hand-overs are
+// kept as they are: the element-wise warpgroup's period is set elsewhere, 19_chunk_state_tile.cu says where).
+//
+// Launch: 19's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output; shared memory
+// kernels.tile_smem_words). Requires sm_90a.
+#include "14_chunk_state_multicast.cu"
+
+template <int K, int V, int C, int BV, bool BF = false>
+__global__ void __launch_bounds__(256, 1)
+kda_chunk_state_kdreg(KDA_TMA_STATE_PARAMS) {
+    KDA_TMA_MAPS;
+    kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, BF, false, true, 128, false, false, true>(
+        q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+}
