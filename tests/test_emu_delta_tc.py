@@ -215,8 +215,8 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
 def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tmp_path, K, V, BV):
     """KDA_P1_LDA and KDA_P4_LDA (scripts/probe_delta_lda.py) load P1's and P4's A operands from their shared-memory
     tiles into registers by ldmatrix and issue the same products in the same order, KDA_PREP_ALIAS=0 runs 07 on
-    fp32 inputs in its earlier layout (the late arrays in their own space), and KDA_STAGE_RING gives 23's element-wise
-    warpgroup two staging tiles: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22, fp32 and bf16 inputs)
+    fp32 inputs in its earlier layout (the late arrays in their own space), KDA_KD_EARLY has 24 hand its operand buffer
+    back before P4, and KDA_STAGE_RING gives 23's element-wise warpgroup two staging tiles: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22, fp32 and bf16 inputs)
     must write the recorded build's o and final state bit for bit. Three chunks
     and a tail with an initial state, so that P1 multiplies a nonzero state and P4's update is read back (a
     fragment from the wrong rows, channels or hi / lo half is 1e-3 or more away)."""
@@ -224,7 +224,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     x = random_inputs(B, T, H, K, V, seed=5 + K + BV, gate="mixed", initial_state=True)
     outs = {}
     for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=0",
-                                                       "-DKDA_STAGE_RING=1"))):
+                                                       "-DKDA_KD_EARLY=1", "-DKDA_STAGE_RING=1"))):
         d = tmp_path / name
         d.mkdir()
         for n in ("q", "k", "v", "g", "beta"):
@@ -654,6 +654,14 @@ def test_wgmma_family_stamps_and_generated_lines():
         "WG_E idle, 0.600 ms: 75% of the gap between them closed.")
     probes.loc[2, "median_ms"] = 0.5
     assert fast.describe_probes(probes)[-1].endswith("0.600 ms: below that floor by 0.100 ms.")
+    # 24's hand-over probe (valid results) is set against 24 as built, in either direction
+    probes = pd.DataFrame(dict(implementation=["24", fast.KD_EARLY_PROBE], median_ms=[0.9, 0.8]))
+    assert fast.describe_probes(probes) == [
+        f"- {fast.KD_EARLY_PROBE}: 0.800 ms against 0.900 ms for 24 as built, 1.12× its speed (faster: WG_E waiting "
+        "for the buffer held it back)."]
+    probes.loc[1, "median_ms"] = 0.95
+    assert fast.describe_probes(probes)[-1].endswith("0.95× its speed (not faster: WG_E waiting for the buffer is not "
+                                                     "what held it back).")
     # probe_latency times the ladder's impls only (17 on bf16 inputs): a probe build of another would be dropped unseen
     assert {impl for _, impl, _ in fast.PROBE_BUILDS} <= {impl for _, impl, _ in fast.TC_IMPLS + fast.BF16_IO_IMPLS}
     # a probe build of 14's tensor-copy form is set against that form as built, not against 13 or "14"

@@ -109,6 +109,11 @@ static_assert(KDA_P1_LDA == 0 || KDA_P1_LDA == 1, "KDA_P1_LDA: 0 (recorded build
                        // step 24 is 19 built that way (KdaWgLayout's P4R)
 static_assert(KDA_P4_LDA == 0 || KDA_P4_LDA == 1, "KDA_P4_LDA: 0 (recorded builds) or 1 (probe)");
 
+#ifndef KDA_KD_EARLY
+#define KDA_KD_EARLY 0   // probe build (24 only; results valid): WG_C hands buffer n & 1 back to WG_E as soon as P4's A
+#endif                   // fragments are loaded (1: P1 and the decay have read it before), or once P4 completes (0, as built)
+static_assert(KDA_KD_EARLY == 0 || KDA_KD_EARLY == 1, "KDA_KD_EARLY: 0 (as built) or 1 (probe)");
+
 #ifndef KDA_STAGE_RING
 #define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's
 #endif                     // copies issued two chunks ahead (1), or one tile, a chunk ahead (0, as built)
@@ -564,6 +569,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     // hi only), K-major rows of the buffer: matrix mi of tile mt, k step s is channels 64 mt + 16 warp + 8 (mi % 2) ..,
     // tokens 16s + 8 (mi / 2) ..
     constexpr bool P4L = (KDA_P4_LDA || L::P4R) && !L::AHEAD;
+    constexpr bool KD_EARLY = KDA_KD_EARLY && L::P4R && L::NKD == 2;   // probe (24): buffer n & 1 free after load_kd
     unsigned kdf[P4L ? MT : 1][2][2][4];
     auto load_kd = [&](int m) {
         if constexpr (P4L) {
@@ -851,6 +857,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         load_kd(n);   // 24 (or probe KDA_P4_LDA): P4's A fragments while P2 runs (P4 of chunk n - 1 has read the last ones)
         wgmma_wait<0>();
         fence_regs(p2);
+        // probe KDA_KD_EARLY (24): nothing of WG_C reads buffer n & 1 after load_kd (WG_E writes it with generic stores:
+        // the barrier orders this warpgroup's ldmatrix reads before them)
+        if (KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);
         KDA_STAMP(3);
         // o = Ob + A2 X (rows g8 + 8); V' (rows g8) to V'^T
         float vp[BV / 4];
@@ -874,7 +883,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
         KDA_STAMP(6);
-        if (L::NKD == 2 && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
+        if (L::NKD == 2 && !KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
         if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(KdaWgBars::EMPTY_KD + n % 3, L::NTH);   // Kd^T buffer n % 3 is free
         if (n + 1 < NC) {
             write_st();

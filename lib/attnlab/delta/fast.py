@@ -558,6 +558,8 @@ def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: in
 #: (label, impl, defines; every impl one of :data:`TC_IMPLS`). 10: each side alone; 13: no input copies
 #: after chunk 0, WG_E's arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor
 #: copies), and the same two probes of its tensor-copy form.
+#: 24's probe build with valid results: its operand buffer handed back to WG_E right after P4's A fragments are loaded
+KD_EARLY_PROBE = "24, its buffer handed back before P4 (KDA_KD_EARLY=1)"
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
@@ -574,7 +576,9 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("19", "tile", {}), ("19 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "tile", {"KDA_PROBE": 5}),
                 ("19, WG_E at half its tokens a thread (KDA_PROBE=6)", "tile", {"KDA_PROBE": 6}),
                 ("20", "wide", {}), ("22 (bf16 I/O)", "pre", {}),
-                ("23", "hilo", {}), ("23 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "hilo", {"KDA_PROBE": 5}))
+                ("23", "hilo", {}), ("23 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "hilo", {"KDA_PROBE": 5}),
+                ("24", "kdreg", {}), ("24 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "kdreg", {"KDA_PROBE": 5}),
+                (KD_EARLY_PROBE, "kdreg", {"KDA_KD_EARLY": 1}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -695,8 +699,9 @@ def describe_wg_phases(phases: pd.DataFrame) -> list[str]:
 
 
 def describe_probes(probes: pd.DataFrame) -> list[str]:
-    """Generated lines on :func:`probe_latency`'s table: each probe build (KDA_PROBE) against the plain
-    build of the same recurrence (:data:`PROBE_BUILDS`), and each plain build of 14 against 13."""
+    """Generated lines on :func:`probe_latency`'s table: each probe build (KDA_PROBE, whose results are
+    meaningless, and 24's KDA_KD_EARLY, whose results are 24's) against the plain build of the same recurrence
+    (:data:`PROBE_BUILDS`), and each plain build of 14 against 13."""
     ms = probes.set_index("implementation")["median_ms"]
     impl_of = {label: impl for label, impl, _ in PROBE_BUILDS}
     plain = {impl: label for label, impl, defines in PROBE_BUILDS if not defines}
@@ -706,6 +711,11 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
         if "KDA_PROBE" in label and base in ms.index:
             lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built "
                          f"({ms[base] - t:+.3f} ms is what the build took away).")
+        elif label == KD_EARLY_PROBE and base in ms.index:   # the same results, another hand-over
+            r = ms[base] / t
+            lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built, {r:.2f}× its speed "
+                         f"({'faster' if r > 1 else 'not faster'}: WG_E waiting for the buffer " +
+                         ("held it back" if r > 1 else "is not what held it back") + ").")
     for label, t in ms.items():
         if label.startswith("14") and "KDA_PROBE" not in label and "13" in ms.index:
             r = ms["13"] / t
