@@ -657,11 +657,14 @@ def test_wgmma_family_stamps_and_generated_lines():
     # 24's hand-over probe (valid results) is set against 24 as built, in either direction
     probes = pd.DataFrame(dict(implementation=["24", fast.KD_EARLY_PROBE], median_ms=[0.9, 0.8]))
     assert fast.describe_probes(probes) == [
-        f"- {fast.KD_EARLY_PROBE}: 0.800 ms against 0.900 ms for 24 as built, 1.12× its speed (faster: WG_E waiting "
-        "for the buffer held it back)."]
+        f"- {fast.KD_EARLY_PROBE}: 0.800 ms against 0.900 ms for 24 as built, 1.125× its speed (faster: WG_E waiting "
+        "for its buffer held 24 back)."]
     probes.loc[1, "median_ms"] = 0.95
-    assert fast.describe_probes(probes)[-1].endswith("0.95× its speed (not faster: WG_E waiting for the buffer is not "
-                                                     "what held it back).")
+    assert fast.describe_probes(probes)[-1].endswith("0.947× its speed (slower: the earlier hand-over costs more than "
+                                                     "it frees).")
+    probes.loc[1, "median_ms"] = 0.898   # a 0.2 % difference is neither faster nor slower
+    assert fast.describe_probes(probes)[-1].endswith("1.002× its speed (within 2% of it: WG_E waiting for its buffer "
+                                                     "is not what holds 24 back).")
     # probe_latency times the ladder's impls only (17 on bf16 inputs): a probe build of another would be dropped unseen
     assert {impl for _, impl, _ in fast.PROBE_BUILDS} <= {impl for _, impl, _ in fast.TC_IMPLS + fast.BF16_IO_IMPLS}
     # a probe build of 14's tensor-copy form is set against that form as built, not against 13 or "14"
