@@ -581,6 +581,9 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("20", "wide", {}), ("22 (bf16 I/O)", "pre", {}),
                 ("23", "hilo", {}), ("23 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "hilo", {"KDA_PROBE": 5}),
                 ("24", "kdreg", {}), ("24 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "kdreg", {"KDA_PROBE": 5}),
+                ("24 without input copies after chunk 0 (KDA_PROBE=4)", "kdreg", {"KDA_PROBE": 4}),
+                ("24 with P1 as one term, its two lo terms dropped (KDA_P1_TERMS=1; results meaningless, as a KDA_PROBE "
+                 "build's)", "kdreg", {"KDA_P1_TERMS": 1}),
                 (KD_EARLY_PROBE, "kdreg", {"KDA_KD_EARLY": 1}))
 
 
