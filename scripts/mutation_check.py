@@ -537,6 +537,14 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K64V64BV32]",
               "tests/test_emu_delta_tc.py::test_register_operand_probe_builds_reproduce_the_recorded_builds[K64V64BV16]"),
              "24's outputs are compared with 19's bit for bit, the probe builds' with the recorded builds'"),
+    Mutation("24's probe KDA_KD_EARLY: the buffer handed back before load_kd has read Kd^T",
+             "kernels/delta/wgmma_recurrence.cuh", "", "",
+             ("tests/test_emu_delta_tc.py::test_register_operand_probe_builds_reproduce_the_recorded_builds[K64V64BV16]",),
+             "WG_E may overwrite the tile while the chain's ldmatrix still reads it: 24's results change in the probe build",
+             edit=lambda t: t.replace(
+                 "        if (KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);\n", "", 1).replace(
+                 "        load_kd(n);   // 24", "        if (KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);\n"
+                 "        load_kd(n);   // 24", 1)),
     Mutation("describe_probes: a probe within the noise band called faster", "lib/attnlab/delta/fast.py",
              "if abs(r - 1) < PROBE_NOISE else", "if False else",
              ("tests/test_emu_delta_tc.py::test_wgmma_family_stamps_and_generated_lines",),

@@ -784,11 +784,19 @@ def test_launcher_shared_memory_is_the_static_tables_for_each_io():
         assert 2 * (dk.state_smem_bytes("pre", 128, 128, bv, "bf16") + 1024) <= 228 * 1024, bv
     # and 21 three (its __launch_bounds__): 07's shared memory
     assert dk.PREP_OPS_BLOCKS_PER_SM * (dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, True)) + 1024) <= 228 * 1024
-    # fp32 inputs: 22's hi / lo operand buffers leave room beside it for one block of 21 (07's fp32 layout), not two
+    # fp32 inputs: 22's hi / lo operand buffers leave room beside it for one block of 21 (07's earlier fp32 layout, which
+    # 21 keeps), not two
     pre32 = dk.state_smem_bytes("pre", 128, 128, 32, "fp32") + 1024
     prep32 = dk.tc_smem_bytes("kda_chunk_prep_ops", (128, 32, False)) + 1024
     assert pre32 + prep32 <= 228 * 1024 < pre32 + 2 * prep32
     assert dk.prep_ops_blocks_per_sm(False) == dk.prep_blocks_per_sm(False, alias=False) == 3
+    # ... and the kernels are built for those counts (their __launch_bounds__ minimum blocks)
+    src21 = (ROOT / "kernels" / "delta" / "21_chunk_prep_ops.cu").read_text()
+    assert re.search(r"__launch_bounds__\(256, BF \? KDA_PREP_OPS_MINB : (\d+)\)", src21).group(1) == \
+        str(dk.PREP_OPS_FP32_BLOCKS_PER_SM)
+    src07 = (ROOT / "kernels" / "delta" / "07_chunk_prep_tc.cu").read_text()
+    assert re.search(r"__launch_bounds__\(256, BF \|\| KDA_PREP_ALIAS \? (\d+) : (\d+)\)", src07).groups() == \
+        (str(dk.prep_blocks_per_sm(False)), str(dk.prep_blocks_per_sm(False, alias=False)))
 
 
 def test_pre_launches_21_chunk_major_and_22_with_its_layout():

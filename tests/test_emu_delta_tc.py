@@ -388,15 +388,15 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
         for label, defines, prep_defines in forms:
             plan = dk.prepare_tc(**d, output_final_state=True, impl=impl, defines=defines, prep_defines=prep_defines)
             assert (plan.kernels["state"].defines, plan.kernels["prep"].defines) == (defines or {}, prep_defines or {})
-            if prep_defines:   # 07 in the aliased layout, launched with that layout's shared memory (a launch smaller
-                smem = plan.launch_configs()["prep"]["smem"]   # than the kernel's layout traps in the CPU model):
+            if prep_defines:   # 07 in its earlier fp32 layout, launched with that layout's (larger) shared memory (a
+                smem = plan.launch_configs()["prep"]["smem"]   # launch smaller than the kernel's layout traps here):
                 assert smem == 4 * dk.prep_smem_words(64, alias=False) > 4 * dk.prep_smem_words(64), label   # 07's earlier
                 assert 3 * (4 * dk.prep_smem_words(128, alias=False) + 1024) <= 228 * 1024   # fp32 layout: three blocks
             plan.poison()
             o, s = (a.get() for a in plan.run())
             ref = recorded.setdefault(impl, (o, s))
             assert np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]), f"{impl}, {label}"
-    # 23's forms: 07 aliased writes the same T / A2 words, two staging tiles hand WG_E the same q, k, g (23's results
+    # 23's forms: 07 in its earlier layout writes the same T / A2 words, two staging tiles hand WG_E the same q, k, g (23's results
     # bit for bit, the ring launched with its second tile's shared memory); its chain alone (KDA_PROBE=5) and its run
     # without input copies after chunk 0 (KDA_PROBE=4) are timing builds (results meaningless, not compared)
     forms = probe_delta_lda.forms_of("hilo", "fp32")

@@ -47,7 +47,7 @@
 #endif                     // built), or (probe build; results valid) the late arrays in their own space and three (0)
 static_assert(KDA_PREP_ALIAS == 0 || KDA_PREP_ALIAS == 1, "KDA_PREP_ALIAS: 1 (as built) or 0 (probe)");
 
-template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (bf16 path)
+template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (07; 21 on bf16)
 struct KdaPrepLayout {
     static constexpr bool AL = ALIAS;
     static constexpr int NW = 8;

@@ -54,7 +54,7 @@
 
 template <int K, int C, bool BF = true>
 __global__ void __launch_bounds__(256, BF ? KDA_PREP_OPS_MINB : 3)   // bf16: 64 registers, two blocks beside one of 22;
-                                                                      // fp32: 07's three blocks per SM
+                                                                      // fp32: three (07's earlier fp32 layout)
 kda_chunk_prep_ops(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
                    const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
                    unsigned* __restrict__ TA,             // [B, H, NC, 4, C, C/2]: T, A2 = Aqk T

@@ -29,8 +29,9 @@
 // Probe build KDA_STAGE_RING=1: WG_E stages q, k, g in two tiles, each chunk's tensor copies issued two chunks ahead
 // (without 19's tiles the layout has room for a second 48 KiB staging tile: 225 320 bytes in all at K = 128, under
 // the 227 KiB a block may use).
-// Not measured yet: this step was written without a GPU (scripts/probe_delta_lda.py times it beside 19, as built,
-// with the ring, after 07 aliased, with its chain alone and without input copies).
+// Notebook 13 times it beside 19 (its latency table, stamps and probe table: slower than 19 there);
+// scripts/probe_delta_lda.py also times it with the ring, after 07 in its earlier fp32 layout (KDA_PREP_ALIAS=0), with
+// its chain alone and without input copies.
 //
 // Launch: 19's (grid (V / 32, H, B), 256 threads, tensor maps of g, k, q, v and 07's output), shared memory
 // kernels.hilo_smem_words. Requires sm_90a.

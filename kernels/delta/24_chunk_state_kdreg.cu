@@ -17,7 +17,9 @@
 // that recurrence ran faster alone but not after 07, and both loaded together ran no faster than P4's alone (a
 // probe's times, not recorded; notebook 13 records 24 beside 19).
 // Kd^T's buffer is still handed back after P4 (its fragments are in registers earlier, but 19's hand-overs are
-// kept as they are: the element-wise warpgroup's period is set elsewhere, 19_chunk_state_tile.cu says where).
+// kept as they are: the element-wise warpgroup's period is set elsewhere, 19_chunk_state_tile.cu says where). The
+// probe build KDA_KD_EARLY=1 hands it back right after load_kd instead (results the same); notebook 13's probe table
+// times it beside 24.
 //
 // Launch: 19's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output; shared memory
 // kernels.tile_smem_words). Requires sm_90a.

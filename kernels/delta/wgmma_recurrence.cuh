@@ -99,7 +99,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
 static_assert(KDA_P1_TERMS == 1 || KDA_P1_TERMS == 3, "KDA_P1_TERMS: 3 (recorded builds) or 1 (probe)");
 
 #ifndef KDA_P1_LDA
-#define KDA_P1_LDA 0   // probe build (19, 20, 22; results valid): P1's A, [Kg; Qg], from registers, loaded by
+#define KDA_P1_LDA 0   // probe build (19, 20, 22, 24; results valid): P1's A, [Kg; Qg], from registers, loaded by
 #endif                 // ldmatrix.trans from the buffer's MN-major tile while the chunk before runs P4 (1), or
                        // read by each wgmma from shared memory (0, as recorded): scripts/probe_delta_lda.py
 static_assert(KDA_P1_LDA == 0 || KDA_P1_LDA == 1, "KDA_P1_LDA: 0 (recorded builds) or 1 (probe)");

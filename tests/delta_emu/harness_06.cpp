@@ -13,8 +13,8 @@
 // of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc; m1_o, m1_ht:
 // 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too; tm_o, tm_ht:
 // 14's TMA form, three tensor copies a chunk; t2_o, t2_ht: and WG_C's copies as one bulk and one
-// tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), hl_o, hl_ht (07<A2> then 23), wd_o, wd_ht (07<A2> then 20), bf_o, bf_ht,
-// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht, sgb_o, sgb_ht (17: bf16 inputs only), ahb_o, ahb_ht (18: bf16 inputs only) tlb_o, tlb_ht (19), wdb_o, wdb_ht (20) and prb_o, prb_ht (21 then 22) (07 then 10, 07 then 12,
+// tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), kr_o, kr_ht (07<A2> then 24), hl_o, hl_ht (07<A2> then 23), wd_o, wd_ht (07<A2> then 20), bf_o, bf_ht,
+// rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht, sgb_o, sgb_ht (17: bf16 inputs only), ahb_o, ahb_ht (18: bf16 inputs only) tlb_o, tlb_ht (19), krb_o, krb_ht (24), wdb_o, wdb_ht (20) and prb_o, prb_ht (21 then 22) (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
 #include "../ladder_emu/kda_hooks.h"
@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
     // 07 -> 08
     const int NC = (T + C - 1) / C;
     std::vector<unsigned> ta((size_t)B * H * NC * 4 * C * (C / 2), 0x7fc07fc0u);   // bf16 NaN pairs
-    using LP = KdaPrepLayout<K, C>;
+    using LP = KdaPrepLayout<K, C, KDA_PREP_ALIAS != 0>;   // 07 on fp32 inputs, launched at its build's exact size
+    using LPO = KdaPrepLayout<K, C>;                        // 21 on fp32 inputs: the late arrays in their own space
     using LPB = KdaPrepLayout<K, C, true>;   // 07 on bf16 inputs: its late arrays in the operands' space
     emu_launch3(dim3{(unsigned)NC, (unsigned)H, (unsigned)B}, LP::NTH, (size_t)(LP::WORDS * 4), [&] {
         kda_chunk_prep<K, C>(q.data(), k.data(), g.data(), beta.data(), ta.data(), T, H, scale);
@@ -328,7 +329,7 @@ int main(int argc, char** argv) {
         std::vector<unsigned> taf(ta.size(), 0x7fc07fc0u);
         std::vector<unsigned char> imgf((size_t)B * H * NC * kda_ops_image_bytes(K, true), (unsigned char)0xc0);
         std::vector<int> readyf((size_t)B * H * NC, 0);
-        emu_launch3(dim3{(unsigned)(B * H), (unsigned)NC, 1u}, LP::NTH, (size_t)(LP::WORDS * 4), [&] {
+        emu_launch3(dim3{(unsigned)(B * H), (unsigned)NC, 1u}, LPO::NTH, (size_t)(LPO::WORDS * 4), [&] {
             kda_chunk_prep_ops<K, C, false>(q.data(), k.data(), g.data(), beta.data(), taf.data(), imgf.data(),
                                             readyf.data(), 5, T, H, scale);
         });

@@ -554,15 +554,19 @@ def phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, skip: in
     return df
 
 
-#: Probe builds timed beside the recurrences they change (results meaningless, times telling):
-#: (label, impl, defines; every impl one of :data:`TC_IMPLS`). 10: each side alone; 13: no input copies
-#: after chunk 0, WG_E's arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor
-#: copies), and the same two probes of its tensor-copy form.
 #: 24's probe build with valid results: its operand buffer handed back to WG_E right after P4's A fragments are loaded
 KD_EARLY_PROBE = "24, its buffer handed back before P4 (KDA_KD_EARLY=1)"
 #: a probe build within this fraction of its plain build's time is called neither faster nor slower (the timings'
 #: relative IQR is a few tenths of a per cent at T = 16384; run-to-run shifts of a kernel reach about 1 %)
 PROBE_NOISE = 0.02
+#: the defines whose builds compute meaningless results (probes of time only): describe_probes sets each such build
+#: against its plain build
+MEANINGLESS_DEFINES = ("KDA_PROBE", "KDA_P1_TERMS")
+#: Probe builds timed beside the recurrences they change: (label, impl, defines; every impl one of :data:`TC_IMPLS`).
+#: Results meaningless (KDA_PROBE, KDA_P1_TERMS: :data:`MEANINGLESS_DEFINES`), times telling, but for
+#: :data:`KD_EARLY_PROBE`, whose results are 24's. 10: each side alone; 13: no input copies after chunk 0, WG_E's
+#: arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor copies), and the same two probes of its
+#: tensor-copy form; 15-24: their chains alone and other parts taken away.
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
@@ -711,10 +715,11 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
     ms = probes.set_index("implementation")["median_ms"]
     impl_of = {label: impl for label, impl, _ in PROBE_BUILDS}
     plain = {impl: label for label, impl, defines in PROBE_BUILDS if not defines}
+    timing_only = {label for label, _, defines in PROBE_BUILDS if set(defines or {}) & set(MEANINGLESS_DEFINES)}
     lines = []
     for label, t in ms.items():
         base = plain.get(impl_of.get(label))
-        if "KDA_PROBE" in label and base in ms.index:
+        if (label in timing_only or "KDA_PROBE" in label) and base in ms.index:
             lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built "
                          f"({ms[base] - t:+.3f} ms is what the build took away).")
         elif label == KD_EARLY_PROBE and base in ms.index:   # the same results, another hand-over

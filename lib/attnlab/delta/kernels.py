@@ -19,10 +19,10 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   (``"single"``: 15 with P1 and P4 as one bf16 product, bf16 inputs only; sm_90a), → ``18`` (``"ahead"``: 17
   with each chunk's P1 taken a chunk early, bf16 inputs only; sm_90a), → ``19`` (``"tile"``: 15, and 17 for
   bf16 inputs, with P1's A operand stored by the element-wise warpgroup in the wgmma's shared-memory
-  layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``24`` (``"kdreg"``: 19
-  with P4's A operand, Kd^T, loaded into registers while P2 runs; sm_90a), → ``23`` (``"hilo"``: 19's
+  layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``23`` (``"hilo"``: 19's
   element-wise warpgroup with 16's chain turned around at 32 value columns, each column's hi and lo terms a pair of
-  accumulator rows; fp32 inputs only; sm_90a), → ``12`` (``"regs"``),
+  accumulator rows; fp32 inputs only; sm_90a), → ``24`` (``"kdreg"``: 19 with P4's A operand, Kd^T, loaded into
+  registers while P2 runs; sm_90a), → ``12`` (``"regs"``),
   or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
   term each on bf16 inputs, hi and lo words on fp32, a workspace of about the inputs' q, k and g) → ``22`` (19's
   chain on them, no element-wise warpgroup; sm_90a),
@@ -622,7 +622,7 @@ def prep_alias(bf16: bool, prep_defines: dict | None, ops: bool = False) -> bool
     only."""
     if ops:
         return bf16
-    return bf16 or bool((prep_defines or {}).get("KDA_PREP_ALIAS", 1))
+    return bf16 or bool(int((prep_defines or {}).get("KDA_PREP_ALIAS", 1)))   # "0" (a define's text) is 0
 
 
 def prep_blocks_per_sm(bf16: bool, alias: bool = True) -> int:
@@ -1211,7 +1211,8 @@ def tc_threads(function: str, args: tuple) -> int:
         return FUSED_THREADS
     if function == "kda_chunk_prep":   # (K, C, BF, A2)
         return prep_blocks_per_sm(bool(args[2])) * FUSED_THREADS
-    if function == "kda_chunk_prep_ops":   # (K, C, BF): 21 is built for four blocks per SM (fp32: 07's three)
+    if function == "kda_chunk_prep_ops":   # (K, C, BF): 21 is built for four blocks per SM (fp32: three, in 07's
+                                           # earlier fp32 layout)
         return prep_ops_blocks_per_sm(bool(args[2])) * FUSED_THREADS
     if function == "kda_chunk_state_regs":   # (K, V, C, BV, BF[, roles])
         return regs_threads(args[3], args[5] if len(args) > 5 else 1)
