@@ -5,6 +5,7 @@
     python scripts/sanitize_kernels.py --tools memcheck
     python scripts/sanitize_kernels.py --family delta  # kernels/delta/01-22 instead (kns=kda_)
     python scripts/sanitize_kernels.py --family delta --impl pre   # only the tensor-core launches of these impls
+    python scripts/sanitize_kernels.py --family delta --impl kdreg --tools racecheck --lineinfo   # file:line
     python scripts/sanitize_kernels.py --list          # what the worker launches (no GPU needed)
 
 The driver runs this script's worker once per tool under ``compute-sanitizer --tool <tool>
@@ -18,6 +19,7 @@ no errors, 1 when one does, 2 when the sanitizer could not run.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -164,7 +166,7 @@ def worker() -> int:
     return 1 if bad else 0
 
 
-def driver(tools, family: str = "attention", impls=None) -> int:
+def driver(tools, family: str = "attention", impls=None, lineinfo: bool = False) -> int:
     exe = shutil.which("compute-sanitizer") or (
         "/usr/local/cuda/bin/compute-sanitizer" if Path("/usr/local/cuda/bin/compute-sanitizer").exists() else None)
     if exe is None:
@@ -176,7 +178,8 @@ def driver(tools, family: str = "attention", impls=None) -> int:
         prefix = "kda_" if family == "delta" else "attn_"
         cmd = [exe, "--tool", tool, "--kernel-name", f"kns={prefix}", "--print-limit", "20",
                sys.executable, __file__, "--worker", "--family", family, *(["--impl", *impls] if impls else [])]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        env = {**os.environ, **({"ATTNLAB_LINEINFO": "1"} if lineinfo else {})}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         text = proc.stdout + proc.stderr
         errors = summary_errors(text)
         ran = len(re.findall(r"^\[sanitize\] ran ", text, re.MULTILINE))
@@ -209,6 +212,8 @@ def main() -> int:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--list", action="store_true", help="print the launches and exit")
     ap.add_argument("--impl", nargs="*", default=None, help="delta family: only these tensor-core impls (e.g. pre)")
+    ap.add_argument("--lineinfo", action="store_true",
+                    help="build the kernels with -lineinfo (ATTNLAB_LINEINFO=1): reports name file:line, not only offsets")
     args = ap.parse_args()
     if args.impl and args.family != "delta":
         ap.error("--impl selects delta launches: pass --family delta")
@@ -218,7 +223,7 @@ def main() -> int:
         return 0
     if args.worker:
         return delta_worker(args.impl) if args.family == "delta" else worker()
-    return driver(args.tools, args.family, args.impl)
+    return driver(args.tools, args.family, args.impl, args.lineinfo)
 
 
 if __name__ == "__main__":

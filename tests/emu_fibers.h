@@ -37,6 +37,47 @@
 #define EMU_FIBER_ASAN 0
 #endif
 
+// ThreadSanitizer builds (g++ -fsanitize=thread; tests/test_emu_race.py): every fiber is a thread
+// of its own to TSan, and a switch between fibers orders nothing (no_sync), so two accesses to
+// the same memory by different CUDA threads are a reported race unless the model's
+// synchronisation put one before the other: what the model releases and acquires is exactly what
+// the hardware guarantees (a barrier's arrivals before its waiters' continuation, an mbarrier
+// phase's arrivals and copies before its waiters; ladder_emu.h). The model's own bookkeeping
+// (barrier counters, the scheduler's fields) is kept out of TSan's sight (EmuQuiet, EMU_NO_TSAN).
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define EMU_FIBER_TSAN 1
+extern "C" void __tsan_ignore_thread_begin(void);
+extern "C" void __tsan_ignore_thread_end(void);
+extern "C" void __tsan_read_range(void* addr, unsigned long size);
+extern "C" void __tsan_write_range(void* addr, unsigned long size);
+#define EMU_NO_TSAN __attribute__((no_sanitize_thread))
+// While one lives, the running thread's memory accesses (calls into the C library included) are
+// not seen; synchronisation still is.
+struct EmuQuiet {
+    EmuQuiet() { __tsan_ignore_thread_begin(); }
+    ~EmuQuiet() { __tsan_ignore_thread_end(); }
+    EmuQuiet(const EmuQuiet&) = delete;
+    EmuQuiet& operator=(const EmuQuiet&) = delete;
+};
+static inline void emu_hb_release(const void* p) { __tsan_release(const_cast<void*>(p)); }
+static inline void emu_hb_acquire(const void* p) { __tsan_acquire(const_cast<void*>(p)); }
+#else
+#define EMU_FIBER_TSAN 0
+#define EMU_NO_TSAN
+struct EmuQuiet {};
+static inline void emu_hb_release(const void*) {}
+static inline void emu_hb_acquire(const void*) {}
+#endif
+#define EMU_QUIET [[maybe_unused]] const EmuQuiet emu_quiet_{}
+// Sync objects of a barrier's generations (or an mbarrier's phases), one per generation modulo
+// EMU_HB_GENS: a generation's arrivals release its object, its waiters acquire it. (Objects are
+// reused EMU_HB_GENS generations later, when every thread that took part has long moved on.)
+constexpr unsigned EMU_HB_GENS = 64;
+// Launch boundaries: the host's set-up before every thread of a launch, every thread before what
+// the host does after it.
+static char emu_hb_start, emu_hb_end;
+
 #ifndef EMU_FIBER_STACK
 #define EMU_FIBER_STACK (EMU_FIBER_ASAN ? (4u << 20) : (1u << 20))   // reserved, touched lazily
 #endif
@@ -47,6 +88,9 @@ struct EmuFiber {
     ucontext_t ctx;
 #endif
     char* stack = nullptr;
+    void* tsan = nullptr;          // ThreadSanitizer builds: the fiber's TSan thread, the asynchronous
+    std::vector<std::pair<const void*, void*>> tsan_units;   // units working for it, one per completion
+    char hb_issue = 0;             // channel (emu_hb_async), and the object each piece of work starts after
     bool done = false;
     unsigned index = 0;
     void* user = nullptr;          // the model's per-thread state (threadIdx, ...)
@@ -66,6 +110,7 @@ struct EmuFiber {
 
 static std::vector<EmuFiber> emu_fibers;
 static EmuFiber* emu_fiber_cur = nullptr;        // the running fiber; null on the scheduler
+static void* emu_sched_tsan = nullptr;           // the scheduler's TSan thread (ThreadSanitizer builds)
 static void* emu_sched_sp = nullptr;
 #if !defined(__x86_64__)
 static ucontext_t emu_sched_ctx;
@@ -79,8 +124,50 @@ static size_t emu_sched_stack_size = 0;
 #endif
 
 // The running CUDA thread's model state.
-static inline void* emu_fiber_user() { return emu_fiber_cur ? emu_fiber_cur->user : nullptr; }
-static inline void emu_fiber_note_progress() { ++emu_fiber_progress; }
+EMU_NO_TSAN static inline void* emu_fiber_user() { return emu_fiber_cur ? emu_fiber_cur->user : nullptr; }
+EMU_NO_TSAN static inline void emu_fiber_note_progress() { ++emu_fiber_progress; }
+
+// ThreadSanitizer builds: what an asynchronous unit does for the running thread (a copy engine
+// writing a copy's bytes, the tensor core reading a wgmma's operands): the `nr` ranges `r`, read or
+// written by a TSan thread of its own that starts after the issue (it acquires what the issuer
+// released there) and ends before whoever acquires `done` (the mbarrier phase the copy completes
+// on, or the wait that retires the cp.async or wgmma group). An access by another thread ordered
+// neither before the issue nor after `done` is then a race, however early or late the unit did its
+// part and whatever order the model ran things in. (The model does the work itself out of TSan's
+// sight.) One unit per issuing thread and completion `channel` (an mbarrier, the thread's cp.async
+// groups, its wgmma groups): a unit's clock grows with each piece of work, which is sound within a
+// channel (its phases and groups complete in order) but would order one channel's waiters after
+// another channel's unfinished work. (The waiters also inherit the issuer's history before the
+// issue, which the hardware does not promise: a race that only that edge hides is not seen.) The
+// ranges are read here uninstrumented: the unit touches nothing else.
+struct EmuHbRange { const void* p; size_t n; };
+EMU_NO_TSAN static inline void emu_hb_async(const void* channel, const EmuHbRange* r, int nr, bool write, void* done) {
+#if EMU_FIBER_TSAN
+    EmuFiber* f = emu_fiber_cur;
+    if (f == nullptr) { std::fprintf(stderr, "emu_hb_async: asynchronous work issued outside a CUDA thread\n"); std::abort(); }
+    void* unit = nullptr;
+    for (const auto& [ch, u] : f->tsan_units)
+        if (ch == channel) unit = u;
+    if (unit == nullptr) {
+        unit = __tsan_create_fiber(0);
+        char name[64];
+        std::snprintf(name, sizeof name, "asynchronous unit %zu of fiber %u", f->tsan_units.size(), f->index);
+        __tsan_set_fiber_name(unit, name);
+        f->tsan_units.emplace_back(channel, unit);
+    }
+    __tsan_release(&f->hb_issue);
+    __tsan_switch_to_fiber(unit, __tsan_switch_to_fiber_no_sync);   // TSan's view only: same stack
+    __tsan_acquire(&f->hb_issue);
+    for (int i = 0; i < nr; ++i) {
+        if (write) __tsan_write_range(const_cast<void*>(r[i].p), r[i].n);
+        else __tsan_read_range(const_cast<void*>(r[i].p), r[i].n);
+    }
+    __tsan_release(done);
+    __tsan_switch_to_fiber(f->tsan, __tsan_switch_to_fiber_no_sync);
+#else
+    (void)channel; (void)r; (void)nr; (void)write; (void)done;
+#endif
+}
 
 #if defined(__x86_64__)
 // Save the callee-saved registers on the current stack, store the stack pointer in *save, switch to
@@ -94,8 +181,11 @@ __attribute__((naked, noinline)) static void emu_ctx_switch(void** /*save*/, voi
 }
 #endif
 
-static void emu_fiber_switch_to_sched(bool finishing) {
+EMU_NO_TSAN static void emu_fiber_switch_to_sched(bool finishing) {
     EmuFiber* f = emu_fiber_cur;
+#if EMU_FIBER_TSAN
+    __tsan_switch_to_fiber(emu_sched_tsan, __tsan_switch_to_fiber_no_sync);
+#endif
 #if EMU_FIBER_ASAN
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(finishing ? nullptr : &fake, emu_sched_stack_bottom, emu_sched_stack_size);
@@ -117,7 +207,7 @@ static inline void emu_yield() { emu_fiber_switch_to_sched(false); }
 
 // From inside a CUDA thread: yield until *gen no longer equals token (a barrier's generation turning).
 template <class G>
-static inline void emu_wait_while(const G* gen, G token) {
+EMU_NO_TSAN static inline void emu_wait_while(const G* gen, G token) {
     static_assert(sizeof(G) == sizeof(unsigned long) || sizeof(G) == sizeof(unsigned), "a generation counter");
     EmuFiber* f = emu_fiber_cur;
     if (f == nullptr) { std::fprintf(stderr, "emu_wait_while: a wait outside a CUDA thread\n"); std::abort(); }
@@ -130,19 +220,21 @@ static inline void emu_wait_while(const G* gen, G token) {
     }
 }
 
-static void emu_fiber_entry() {
+EMU_NO_TSAN static void emu_fiber_entry() {
 #if EMU_FIBER_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &emu_sched_stack_bottom, &emu_sched_stack_size);
 #endif
     EmuFiber* f = emu_fiber_cur;
+    emu_hb_acquire(&emu_hb_start);
     (*emu_fiber_body)(f->index);
+    emu_hb_release(&emu_hb_end);
     f->done = true;
     emu_fiber_note_progress();
     emu_fiber_switch_to_sched(true);
     std::abort();   // a finished fiber is never resumed
 }
 
-static void emu_fiber_prepare(EmuFiber& f) {
+EMU_NO_TSAN static void emu_fiber_prepare(EmuFiber& f) {
     char* top = f.stack + EMU_FIBER_STACK;
 #if EMU_FIBER_ASAN
     // a reused stack still carries the redzones of the frames its last thread never returned from
@@ -175,6 +267,12 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
             if (p == MAP_FAILED) { std::fprintf(stderr, "emu_fibers_run: no memory for %u stacks\n", n); std::abort(); }
             emu_fibers[i].stack = static_cast<char*>(p);
+#if EMU_FIBER_TSAN
+            emu_fibers[i].tsan = __tsan_create_fiber(0);
+            char name[32];
+            std::snprintf(name, sizeof name, "fiber %zu", i);   // a plain launch's threadIdx.x
+            __tsan_set_fiber_name(emu_fibers[i].tsan, name);
+#endif
         }
     }
     emu_fiber_body = &body;
@@ -186,6 +284,11 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
         f.wait_on = nullptr;
         emu_fiber_prepare(f);
     }
+#if EMU_FIBER_TSAN
+    emu_sched_tsan = __tsan_get_current_fiber();
+#endif
+    emu_hb_release(&emu_hb_start);   // the host's set-up (inputs, poisoned shared memory, thread states)
+    EMU_QUIET;                       // the scheduler reads what the threads write (done, generations)
     static const bool eager = [] {
         const char* e = std::getenv("EMU_FIBER_ORDER");
         return e != nullptr && e[0] == 'e';
@@ -204,8 +307,13 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
             void* fake = nullptr;
             __sanitizer_start_switch_fiber(&fake, f.stack, EMU_FIBER_STACK);
 #endif
+            void* const to = f.sp;   // read as the scheduler (TSan builds: after the next call, TSan runs thread f)
+            (void)to;
+#if EMU_FIBER_TSAN
+            __tsan_switch_to_fiber(f.tsan, __tsan_switch_to_fiber_no_sync);
+#endif
 #if defined(__x86_64__)
-            emu_ctx_switch(&emu_sched_sp, f.sp);
+            emu_ctx_switch(&emu_sched_sp, to);
 #else
             swapcontext(&emu_sched_ctx, &f.ctx);
 #endif
@@ -223,6 +331,7 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
         }
     }
     emu_fiber_body = nullptr;
+    emu_hb_acquire(&emu_hb_end);   // everything the threads did, before the host reads results
 }
 
 // A barrier over `n` arrivals, fiber-aware: arrive() returns the generation it belongs to; wait()
@@ -230,14 +339,21 @@ static void emu_fibers_run(unsigned n, const std::function<void(unsigned)>& body
 struct EmuBarrier {
     unsigned n = 0, count = 0;
     unsigned long gen = 0;
+    char hb[EMU_HB_GENS] = {};   // TSan sync objects of the generations
     EmuBarrier() = default;
     explicit EmuBarrier(unsigned n_) : n(n_) {}
-    unsigned long arrive() {
+    // hb = false: a rendezvous that orders no memory (the model's exchange inside a warp collective:
+    // shfl, mma, ldmatrix order nothing in the PTX memory model; __syncwarp and bar.sync do)
+    EMU_NO_TSAN unsigned long arrive(bool hb = true) {
         emu_fiber_note_progress();
         const unsigned long g = gen;
+        if (hb) emu_hb_release(&this->hb[g % EMU_HB_GENS]);
         if (++count == n) { count = 0; ++gen; }
         return g;
     }
-    void wait(unsigned long token) const { emu_wait_while(&gen, token); }
-    void arrive_and_wait() { wait(arrive()); }
+    EMU_NO_TSAN void wait(unsigned long token, bool hb = true) const {
+        emu_wait_while(&gen, token);
+        if (hb) emu_hb_acquire(&this->hb[token % EMU_HB_GENS]);
+    }
+    void arrive_and_wait(bool hb = true) { wait(arrive(hb), hb); }
 };

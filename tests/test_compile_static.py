@@ -111,3 +111,37 @@ def test_nvrtc_fallback_agrees_with_nvcc(name, monkeypatch, tmp_path):
     (rep,) = st.static_build(spec.source, spec.function, args, "sm_90")
     assert rep.registers > 0 and not rep.spills
     assert has_vector_global_loads(rep.ptx) == spec.vector_loads
+
+
+def test_lineinfo_is_off_unless_asked_for(monkeypatch):
+    from attnlab.compile import compile_options, lineinfo_options
+
+    monkeypatch.delenv("ATTNLAB_LINEINFO", raising=False)
+    assert lineinfo_options() == () and "-lineinfo" not in compile_options()
+    monkeypatch.setenv("ATTNLAB_LINEINFO", "1")
+    assert compile_options({"X": 1})[-2:] == ("-DX=1", "-lineinfo")
+    monkeypatch.setenv("ATTNLAB_LINEINFO", "yes")
+    with pytest.raises(ValueError, match="ATTNLAB_LINEINFO='yes': set it to 1"):
+        compile_options()
+
+
+def test_a_source_outside_kernels_is_fingerprinted_with_the_headers_beside_it(tmp_path):
+    from attnlab.compile import source_fingerprint
+
+    src = tmp_path / "k.cu"
+    src.write_text('#include "k.cuh"\n')
+    (tmp_path / "k.cuh").write_text("// one\n")
+    before = source_fingerprint(src)
+    (tmp_path / "k.cuh").write_text("// two\n")
+    assert source_fingerprint(src) != before   # an edited header beside it rebuilds the cached cubin
+
+
+def test_the_static_build_cache_keys_on_lineinfo(monkeypatch):
+    from attnlab.compile import kernel_path
+    from attnlab.static import cache_key
+
+    args = (kernel_path("attention/01_naive.cu"), "attn_naive", [(64,)], "sm_90", None)
+    monkeypatch.setenv("ATTNLAB_LINEINFO", "0")
+    off = cache_key(*args)
+    monkeypatch.setenv("ATTNLAB_LINEINFO", "1")
+    assert cache_key(*args) != off

@@ -1,6 +1,7 @@
 """Every registered attention kernel under compute-sanitizer (memcheck, racecheck, synccheck,
 initcheck) on one small odd shape (scripts/sanitize_kernels.py). GPU only; the CPU side is the
-emulator's AddressSanitizer build (tests/test_ladder_emu.py)."""
+emulator's AddressSanitizer build (tests/test_ladder_emu.py) and its ThreadSanitizer build, a race
+check of the shared-memory hand-overs (tests/test_emu_race.py)."""
 
 import shutil
 import subprocess
@@ -65,3 +66,20 @@ def test_the_delta_plan_covers_every_delta_kernel():
 def test_every_delta_kernel_is_clean_under_compute_sanitizer():
     res = subprocess.run([sys.executable, str(SCRIPT), "--family", "delta"], capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (shutil.which("compute-sanitizer") or Path("/usr/local/cuda/bin/compute-sanitizer").exists()),
+                    reason="compute-sanitizer not installed")
+def test_racecheck_gives_a_verdict_on_every_control():
+    """scripts/racecheck_controls.py runs every race-check control under racecheck and says, per form,
+    whether racecheck agrees with what the control is (its verdicts are findings, not pass / fail)."""
+    script = ROOT / "scripts" / "racecheck_controls.py"
+    forms = subprocess.run([sys.executable, str(script), "--list"], capture_output=True, text=True,
+                           check=True).stdout.split("\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=3600)
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+    rows = {line.split()[0]: line for line in res.stdout.splitlines() if line.split()}
+    for form in (f.split()[0] for f in forms if f):
+        assert form in rows and ("agrees" in rows[form] or "racecheck" in rows[form] or "misses" in rows[form]), \
+            (form, res.stdout[-3000:])

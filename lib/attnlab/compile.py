@@ -10,6 +10,7 @@ kernel a thousand times compiles it once.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,17 @@ def compile_options(defines: Mapping[str, Any] | None = None, source_dir: Path |
     explicitly (``#include "delta_common.cuh"`` beside the kernel), then ``kernels/`` for
     ``common.cuh``."""
     dirs = [source_dir] if source_dir is not None and source_dir != KERNELS_DIR else []
-    return (CXX_STANDARD, *(f"-I{d}" for d in dirs), f"-I{KERNELS_DIR}", *define_options(defines))
+    return (CXX_STANDARD, *(f"-I{d}" for d in dirs), f"-I{KERNELS_DIR}", *define_options(defines), *lineinfo_options())
+
+
+def lineinfo_options() -> tuple[str, ...]:
+    """``-lineinfo`` when ATTNLAB_LINEINFO=1: source lines in the cubin (compute-sanitizer and Nsight
+    Compute then name file:line; scripts/sanitize_kernels.py --lineinfo). Off by default, so recorded
+    runs build what they always built; the option is part of every cache key."""
+    flag = os.environ.get("ATTNLAB_LINEINFO", "0")
+    if flag not in ("0", "1"):
+        raise ValueError(f"ATTNLAB_LINEINFO={flag!r}: set it to 1 (source lines in the cubins) or 0")
+    return ("-lineinfo",) if flag == "1" else ()
 
 
 _INCLUDE_CU = re.compile(r'^\s*#\s*include\s+"([^"]+\.cu)"', re.MULTILINE)
@@ -93,12 +104,16 @@ def included_kernels(path: Path) -> list[Path]:
 
 
 def source_fingerprint(path: Path) -> str:
-    """Hash of a kernel file, the kernel files it includes and every header under kernels/, so
+    """Hash of a kernel file, the kernel files it includes, every header under kernels/ and (for a
+    source outside kernels/, such as tests/delta_emu/race_controls_gpu.cu) the headers beside it, so
     editing common.cuh (or 10g, for 10h) recompiles."""
     digest = hashlib.sha256(path.read_bytes())
     for dep in included_kernels(path):
         digest.update(dep.read_bytes())
-    for header in sorted(KERNELS_DIR.rglob("*.cuh")):
+    headers = sorted(KERNELS_DIR.rglob("*.cuh"))
+    if KERNELS_DIR not in path.parents:
+        headers += sorted(path.parent.glob("*.cuh"))
+    for header in headers:
         digest.update(header.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -171,6 +186,42 @@ def load_kernel(source: str | Path, function: str, template_args: Sequence[Any] 
     return kernel
 
 
+def elf_extent(image: bytes) -> int:
+    """How many bytes an ELF64 (little-endian) image says it spans: the end of its program header
+    table, of its section header table and of every section's data that the file holds (the header
+    and both tables' entries, as far as ``image`` has them)."""
+    if len(image) < 64 or image[:4] != b"\x7fELF" or image[4] != 2 or image[5] != 1:
+        raise CompileError("not an ELF64 little-endian image (a cubin is one)")
+    u16 = lambda o: int.from_bytes(image[o:o + 2], "little")
+    u64 = lambda o: int.from_bytes(image[o:o + 8], "little")
+    phoff, shoff = u64(0x20), u64(0x28)
+    phentsize, phnum, shentsize, shnum = u16(0x36), u16(0x38), u16(0x3A), u16(0x3C)
+    end = max(64, phoff + phentsize * phnum if phnum else 0, shoff + shentsize * shnum if shnum else 0)
+    SHT_NOBITS = 8
+    for i in range(shnum):
+        h = shoff + i * shentsize
+        if h + 64 <= len(image) and int.from_bytes(image[h + 4:h + 8], "little") != SHT_NOBITS:
+            end = max(end, u64(h + 0x18) + u64(h + 0x20))   # sh_offset + sh_size
+    return end
+
+
+def whole_cubin(image: bytes) -> bytes:
+    """The cubin NVRTC produced, whole. CuPy's ``nvrtc.getCUBIN`` drops the image's last byte (it strips
+    a trailing NUL, as from PTX text, from a binary), and NVRTC's cubins end with the program header
+    table, whose last byte is the high byte of the last entry's 64-bit alignment: zero. That byte is
+    put back; an image short by more, or ending elsewhere, is an error (CompileError), not a guess."""
+    end = elf_extent(image)
+    if len(image) >= end:
+        return image
+    ph_end = int.from_bytes(image[0x20:0x28], "little") + int.from_bytes(image[0x36:0x38], "little") * \
+        int.from_bytes(image[0x38:0x3A], "little")
+    if end - len(image) == 1 and ph_end == end:
+        return image + b"\0"
+    short = end - len(image)
+    raise CompileError(f"the cubin is {short} byte{'s' if short > 1 else ''} shorter than its ELF header says "
+                       f"({len(image)} of {end}): not the one byte CuPy's getCUBIN drops, a damaged image")
+
+
 def _load_arch_specific(path: Path, source, expression: str, options: tuple[str, ...], arch: str):
     """NVRTC straight (CuPy's compiler always appends its own ``-arch=sm_XY``, and an ``a`` target
     cannot be named through it): cubin for ``arch``, written to a private cache file and loaded
@@ -186,7 +237,15 @@ def _load_arch_specific(path: Path, source, expression: str, options: tuple[str,
     cubin_path = cache_dir("cubin") / f"{digest}.cubin"
     name_path = cubin_path.with_suffix(".name")
     if cubin_path.is_file() and name_path.is_file():
-        return cp.RawModule(path=str(cubin_path)).get_function(name_path.read_text())
+        image = cubin_path.read_bytes()
+        try:
+            whole = whole_cubin(image)
+        except CompileError:   # a damaged entry: built again below
+            whole = None
+        if whole is not None:
+            if whole != image:   # an entry written before whole_cubin: made whole in place
+                write_atomic(cubin_path, whole)
+            return cp.RawModule(path=str(cubin_path)).get_function(name_path.read_text())
     prog = nvrtc.createProgram(path.read_text(), str(path), (), ())
     try:
         nvrtc.addNameExpression(prog, expression)
@@ -195,7 +254,7 @@ def _load_arch_specific(path: Path, source, expression: str, options: tuple[str,
         except nvrtc.NVRTCError:
             raise CompileError(describe_compile_log(source, nvrtc.getProgramLog(prog), opts)) from None
         lowered = nvrtc.getLoweredName(prog, expression)
-        cubin = nvrtc.getCUBIN(prog)
+        cubin = whole_cubin(nvrtc.getCUBIN(prog))
     finally:
         nvrtc.destroyProgram(prog)
     write_atomic(cubin_path, cubin)

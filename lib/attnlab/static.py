@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .compile import (CompileError, compile_options, define_options, describe_compile_log, kernel_path,
-                      name_expression, source_fingerprint, CXX_STANDARD)
+                      lineinfo_options, name_expression, source_fingerprint, CXX_STANDARD)
 from .paths import KERNELS_DIR, cache_dir, write_atomic
 
 #: Architectures every kernel is built for: the seed's Turing GPU and the H200 (Hopper).
@@ -254,6 +254,17 @@ def _build_with_nvrtc(path, function, instantiations, arch, defines, source):
     return log, ptx
 
 
+def cache_key(path: Path, function: str, instantiations: Sequence[tuple], arch: str,
+              defines: Mapping[str, Any] | None) -> str:
+    """The static build's cache key: the sources' fingerprint, what is built, the compiler and the
+    options that change its output (defines, ATTNLAB_LINEINFO)."""
+    return hashlib.sha256(json.dumps([str(path), source_fingerprint(path), function,
+                                      [[str(x) for x in a] for a in instantiations], arch,
+                                      sorted((defines or {}).items()), compiler_version(), _CACHE_VERSION,
+                                      *lineinfo_options()],
+                                     default=str).encode()).hexdigest()[:24]
+
+
 def static_build(source: str | Path, function: str, instantiations: Sequence[Sequence[Any]] = ((),),
                  arch: str = "sm_90", defines: Mapping[str, Any] | None = None) -> list[StaticReport]:
     """Compile ``function<args>`` for each ``args`` in ``instantiations`` for ``arch``, no GPU needed.
@@ -263,11 +274,7 @@ def static_build(source: str | Path, function: str, instantiations: Sequence[Seq
     """
     path = kernel_path(source)
     instantiations = [tuple(a) for a in instantiations]
-    key = hashlib.sha256(json.dumps([str(path), source_fingerprint(path), function,
-                                     [[str(x) for x in a] for a in instantiations], arch,
-                                     sorted((defines or {}).items()), compiler_version(), _CACHE_VERSION],
-                                    default=str).encode()).hexdigest()[:24]
-    cached = _cache_dir() / f"{key}.json"
+    cached = _cache_dir() / f"{cache_key(path, function, instantiations, arch, defines)}.json"
     if cached.is_file():
         rows = json.loads(cached.read_text())
         return [StaticReport(**{**r, "template_args": tuple(r["template_args"])}) for r in rows]

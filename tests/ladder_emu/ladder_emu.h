@@ -68,6 +68,7 @@ struct EmuWarp {
 struct EmuNamedBar {
     int count = 0;
     unsigned gen = 0;
+    char hb[EMU_HB_GENS] = {};   // TSan sync objects of the generations (tests/emu_fibers.h)
 };
 // An mbarrier (kernels/hopper.cuh: mbar_*): arrivals still expected in the current phase, the
 // transaction bytes still expected (negative while copies landed before their expect_tx), the phase
@@ -79,6 +80,7 @@ struct EmuMbar {
     unsigned count = 0, pending = 0, phase = 0, waiters = 0;
     long long tx = 0;
     std::vector<EmuBulk> inflight;
+    char hb[EMU_HB_GENS] = {};   // TSan sync objects of the phases: arrivals and copies release, waiters acquire
 };
 struct EmuBlock {
     EmuBarrier bar;
@@ -88,6 +90,20 @@ struct EmuBlock {
     unsigned char* smem_base = nullptr;  // this block's dynamic shared memory
 };
 struct EmuCopy { void* dst; unsigned char data[16]; };
+// Per-group sync objects of a thread's cp.async or wgmma groups (ThreadSanitizer builds; unused else).
+struct EmuHbGroups {
+    std::unique_ptr<char> open;
+    std::vector<std::unique_ptr<char>> committed;
+    void* open_obj() {   // the open group's object (made on its first piece of work)
+        if (!open) open = std::make_unique<char>(0);
+        return open.get();
+    }
+    void commit() { committed.push_back(std::move(open)); }
+    void retire_oldest() {   // the wait that retires the oldest committed group: after the unit's accesses
+        if (committed.front()) emu_hb_acquire(committed.front().get());
+        committed.erase(committed.begin());
+    }
+};
 struct EmuCluster {
     EmuBarrier bar;
     std::vector<float*> smem;
@@ -109,6 +125,10 @@ struct EmuThread {
     bool cluster_arrived = false;
     std::vector<std::function<void()>> wg_open;                 // issued wgmmas, not yet committed
     std::vector<std::vector<std::function<void()>>> wg_groups;  // committed wgmma groups, oldest first
+    // ThreadSanitizer builds: the sync objects the asynchronous unit releases once it has done a group's
+    // accesses (emu_hb_async) and the wait that retires the group acquires: the open group's, then the
+    // committed ones', as above
+    EmuHbGroups cp_hb, wg_hb;
 };
 static EmuThread emu_host_thread;
 static inline EmuThread& emu_self() {
@@ -120,24 +140,33 @@ static inline EmuThread& emu_self() {
 
 inline void __syncthreads() { emu_self().block->bar.arrive_and_wait(); }
 // Named barriers (kernels/common.cuh): every thread of the subset calls; sync waits, arrive does not.
-inline void emu_named_bar(int id, int n, bool wait) {
+// Every caller's earlier accesses come before what the waiters do after the generation turns
+// (bar.arrive releases, bar.sync releases and acquires: ThreadSanitizer builds).
+EMU_NO_TSAN inline void emu_named_bar(int id, int n, bool wait) {
     if (id <= 0 || id >= 16 || n <= 0 || n % 32 != 0) { std::fprintf(stderr, "bad named barrier %d, %d\n", id, n); std::abort(); }
     EmuNamedBar& b = emu_self().block->named[id];
     emu_fiber_note_progress();
     const unsigned gen = b.gen;
-    if (++b.count == n) { b.count = 0; ++b.gen; return; }
-    if (wait) emu_wait_while(&b.gen, gen);
+    emu_hb_release(&b.hb[gen % EMU_HB_GENS]);
+    if (++b.count == n) { b.count = 0; ++b.gen; }
+    else if (wait) emu_wait_while(&b.gen, gen);
+    if (wait) emu_hb_acquire(&b.hb[gen % EMU_HB_GENS]);
 }
 inline void named_bar_sync(int id, int n) { emu_named_bar(id, n, true); }
 inline void named_bar_arrive(int id, int n) { emu_named_bar(id, n, false); }
 
+// The warp collectives (shuffles, vote, warp MMAs, ldmatrix, movmatrix, stmatrix) exchange values
+// through the warp's buffers over rendezvous that order no memory (EmuBarrier::arrive_and_wait(false)),
+// as a collective orders no memory in the PTX model; their exchanges are out of ThreadSanitizer's
+// sight (EMU_QUIET), and only their shared-memory accesses (ldmatrix's rows, stmatrix's) are seen.
 inline float __shfl_xor_sync(unsigned, float x, int offset) {
+    EMU_QUIET;
     const unsigned lane = threadIdx.x % 32;
     EmuWarp& w = *emu_self().block->warps[threadIdx.x / 32];
     w.buf[lane] = x;
-    w.bar.arrive_and_wait();          // everyone has published
+    w.bar.arrive_and_wait(false);     // everyone has published
     const float r = w.buf[lane ^ offset];
-    w.bar.arrive_and_wait();          // everyone has read before the next shuffle overwrites
+    w.bar.arrive_and_wait(false);     // everyone has read before the next shuffle overwrites
     return r;
 }
 inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -148,12 +177,25 @@ inline float fast_exp2(float x) { return std::exp2(x); }
 
 // ---- cp.async (kernels/common.cuh): each copy's source is read at issue, its destination written
 // at the cp_async_wait<N> that retires its group, so reading shared memory too early sees stale data.
+// (ThreadSanitizer builds: the destination written by the asynchronous unit between the issue and
+// that wait, emu_cp_async_hb.)
+static char emu_cp_async_channel, emu_wgmma_channel;   // completion channels (emu_hb_async): their addresses
+inline void emu_cp_async_hb(void* dst) {
+#if EMU_FIBER_TSAN
+    const EmuHbRange r{dst, 16};
+    emu_hb_async(&emu_cp_async_channel, &r, 1, true, emu_self().cp_hb.open_obj());
+#else
+    (void)dst;
+#endif
+}
 inline void cp_async16(void* dst, const void* src) {
     EmuCopy c{dst, {}};
     std::memcpy(c.data, src, 16);
+    emu_cp_async_hb(dst);
     emu_self().open.push_back(c);
 }
 inline void cp_async16_zfill(void* dst, const void* src, bool valid) {
+    emu_cp_async_hb(dst);
     EmuCopy c{dst, {}};
     if (valid) std::memcpy(c.data, src, 16); else std::memset(c.data, 0, 16);
     emu_self().open.push_back(c);
@@ -162,13 +204,18 @@ inline void cp_async_commit() {
     EmuThread& me = emu_self();
     me.groups.push_back(std::move(me.open));
     me.open.clear();
+    if (EMU_FIBER_TSAN) me.cp_hb.commit();
 }
 template <int N>
 inline void cp_async_wait() {
-    auto& groups = emu_self().groups;
-    while (groups.size() > (size_t)N) {
-        for (auto& c : groups.front()) std::memcpy(c.dst, c.data, 16);
-        groups.erase(groups.begin());
+    EmuThread& me = emu_self();
+    while (me.groups.size() > (size_t)N) {
+        {
+            EMU_QUIET;   // TSan saw these bytes written by the asynchronous unit
+            for (auto& c : me.groups.front()) std::memcpy(c.dst, c.data, 16);
+        }
+        me.groups.erase(me.groups.begin());
+        if (EMU_FIBER_TSAN) me.cp_hb.retire_oldest();
     }
 }
 
@@ -239,11 +286,12 @@ inline float emu_block_fma(float c, const double* p, int n) {
 }
 template <int KA, typename Elem>
 inline void emu_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], Elem elem) {
+    EMU_QUIET;
     const unsigned lane = threadIdx.x % 32;
     EmuWarp& w = emu_warp();
     for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = a[i];
     for (int i = 0; i < 2; ++i) w.frag_b[lane][i] = b[i];
-    w.bar.arrive_and_wait();
+    w.bar.arrive_and_wait(false);
     const int g = lane / 4, t = lane % 4;
     constexpr int NB = EMU_MMA_BLOCK > 0 && EMU_MMA_BLOCK < KA ? EMU_MMA_BLOCK : KA;
     for (int r = 0; r < 4; ++r) {
@@ -254,7 +302,7 @@ inline void emu_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2
         for (int k0 = 0; k0 < KA; k0 += NB) c = emu_block_fma(c, prod + k0, NB);
         d[r] = c;
     }
-    w.bar.arrive_and_wait();
+    w.bar.arrive_and_wait(false);
 }
 // TF32 m16n8k8: A[m][k] in lane (m%8)*4 + k%4, register m/8 + 2(k/4); B[k][n] in lane n*4 + k%4,
 // register k/4. The tensor core ignores the low 13 bits of each operand.
@@ -285,21 +333,24 @@ template <int X, bool TRANS>
 inline void emu_ldmatrix(unsigned* r, const void* p) {
     const unsigned lane = threadIdx.x % 32;
     EmuWarp& w = emu_warp();
-    w.rows[lane] = p;
-    w.bar.arrive_and_wait();
-    for (int i = 0; i < X; ++i) {
+    auto row = [&](int j) { EMU_QUIET; return static_cast<const unsigned short*>(w.rows[j]); };   // posted addresses
+    {
+        EMU_QUIET;
+        w.rows[lane] = p;
+    }
+    w.bar.arrive_and_wait(false);
+    for (int i = 0; i < X; ++i) {   // the shared-memory reads themselves: this lane's, as TSan sees them
         unsigned short lo, hi;
         if (!TRANS) {
-            const unsigned short* row = static_cast<const unsigned short*>(w.rows[8 * i + lane / 4]);
-            lo = row[2 * (lane % 4)];
-            hi = row[2 * (lane % 4) + 1];
+            lo = row(8 * i + lane / 4)[2 * (lane % 4)];
+            hi = row(8 * i + lane / 4)[2 * (lane % 4) + 1];
         } else {
-            lo = static_cast<const unsigned short*>(w.rows[8 * i + 2 * (lane % 4)])[lane / 4];
-            hi = static_cast<const unsigned short*>(w.rows[8 * i + 2 * (lane % 4) + 1])[lane / 4];
+            lo = row(8 * i + 2 * (lane % 4))[lane / 4];
+            hi = row(8 * i + 2 * (lane % 4) + 1)[lane / 4];
         }
         r[i] = lo | ((unsigned)hi << 16);
     }
-    w.bar.arrive_and_wait();
+    w.bar.arrive_and_wait(false);
 }
 inline void ldmatrix_x4(unsigned (&r)[4], const void* p) { emu_ldmatrix<4, false>(r, p); }
 inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) { emu_ldmatrix<4, true>(r, p); }
@@ -309,13 +360,14 @@ inline void ldmatrix_x2_trans(unsigned (&r)[2], const void* p) { emu_ldmatrix<2,
 // movmatrix.m8n8.trans.b16: lane l posts row l/4, elements 2(l%4), +1 of an 8x8 matrix and
 // receives the same positions of its transpose: M[2(l%4)][l/4] (low half), M[2(l%4)+1][l/4].
 inline unsigned movmatrix_trans(unsigned x) {
+    EMU_QUIET;
     const unsigned lane = threadIdx.x % 32;
     EmuWarp& w = emu_warp();
     w.frag_a[lane][0] = x;
-    w.bar.arrive_and_wait();
+    w.bar.arrive_and_wait(false);
     auto elem = [&](int r, int c) { return (unsigned short)(w.frag_a[4 * r + c / 2][0] >> (16 * (c % 2))); };
     const unsigned r = elem(2 * (lane % 4), lane / 4) | ((unsigned)elem(2 * (lane % 4) + 1, lane / 4) << 16);
-    w.bar.arrive_and_wait();
+    w.bar.arrive_and_wait(false);
     return r;
 }
 
@@ -323,13 +375,14 @@ inline unsigned movmatrix_trans(unsigned x) {
 template <typename T>
 inline T emu_shfl(T x, int src_lane) {
     static_assert(sizeof(T) == 4, "32-bit shuffles only");
+    EMU_QUIET;
     const unsigned lane = threadIdx.x % 32;
     EmuWarp& w = emu_warp();
     std::memcpy(&w.buf[lane], &x, 4);
-    w.bar.arrive_and_wait();
+    w.bar.arrive_and_wait(false);
     T r;
     std::memcpy(&r, &w.buf[src_lane & 31], 4);
-    w.bar.arrive_and_wait();
+    w.bar.arrive_and_wait(false);
     return r;
 }
 inline unsigned __shfl_xor_sync(unsigned, unsigned x, int offset) { return emu_shfl(x, (int)(threadIdx.x % 32) ^ offset); }
@@ -454,8 +507,11 @@ inline void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr, unsigned off) 
 inline void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
     const unsigned lane = threadIdx.x % 32;
     EmuWarp& w = emu_warp();
-    for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = r[i];
-    w.bar.arrive_and_wait();
+    {
+        EMU_QUIET;
+        for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = r[i];
+    }
+    w.bar.arrive_and_wait(false);
     const int mi = lane / 8, col = lane % 8;
     unsigned short* row = reinterpret_cast<unsigned short*>(reinterpret_cast<char*>(emu_dynamic_smem()) + addr);
     if (addr + 16 > emu_launch_smem_bytes || addr % 16 != 0) {
@@ -463,10 +519,13 @@ inline void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
         std::abort();
     }
     unsigned short vals[8];
-    for (int k = 0; k < 8; ++k) vals[k] = (unsigned short)(w.frag_a[4 * k + col / 2][mi] >> (16 * (col % 2)));
-    w.bar.arrive_and_wait();   // every lane has read the fragments before any row is written
-    std::memcpy(row, vals, 16);
-    w.bar.arrive_and_wait();
+    {
+        EMU_QUIET;
+        for (int k = 0; k < 8; ++k) vals[k] = (unsigned short)(w.frag_a[4 * k + col / 2][mi] >> (16 * (col % 2)));
+    }
+    w.bar.arrive_and_wait(false);   // every lane has read the fragments before any row is written
+    std::memcpy(row, vals, 16);     // the shared-memory write: this lane's, as TSan sees it
+    w.bar.arrive_and_wait(false);
 }
 inline unsigned cluster_ctarank() { return emu_self().cluster ? emu_self().cluster_rank : 0u; }
 inline unsigned cluster_nctarank() { return emu_self().cluster ? (unsigned)emu_self().cluster->smem.size() : 1u; }
@@ -574,6 +633,7 @@ inline EmuBlock& emu_cluster_block(unsigned rank, const char* what) {
     return *me.cluster->blocks[rank];
 }
 inline EmuMbar& emu_mbar(EmuBlock& blk, unsigned bar) {
+    EMU_QUIET;   // the model's bookkeeping (and its marker check), not the kernel's accesses
     auto it = blk.mbars.find(bar);
     if (it == blk.mbars.end()) { std::fprintf(stderr, "mbarrier at byte %u used before mbar_init\n", bar); std::abort(); }
     unsigned long long mark;
@@ -585,6 +645,8 @@ inline void emu_mbar_complete(EmuMbar& m) {
     if (m.pending == 0 && m.tx == 0) { ++m.phase; m.pending = m.count; }
 }
 inline void emu_mbar_arrive(EmuMbar& m, unsigned bar) {
+    emu_hb_release(&m.hb[m.phase % EMU_HB_GENS]);   // this thread's accesses before the phase's waiters
+    EMU_QUIET;
     emu_fiber_note_progress();
     if (m.pending == 0) { std::fprintf(stderr, "mbarrier at byte %u: more arrivals than its count\n", bar); std::abort(); }
     --m.pending;
@@ -595,6 +657,7 @@ inline void emu_mbar_arrive(EmuMbar& m, unsigned bar) {
 // A copy must land in the phase it was issued in: one that lands after that phase completed was not
 // counted by it (the barrier was told too few bytes, or a waiter went on before it landed).
 inline void emu_mbar_land(EmuBlock& blk, EmuMbar& m) {
+    EMU_QUIET;   // TSan saw the bytes written by the issuer's asynchronous unit (emu_hb_async)
     for (const EmuBulk& c : m.inflight) {
         if (c.phase != m.phase) {
             std::fprintf(stderr, "bulk copy to byte %u issued in phase %u of its mbarrier landed in phase %u: the "
@@ -610,6 +673,7 @@ inline void emu_mbar_land(EmuBlock& blk, EmuMbar& m) {
     emu_mbar_complete(m);
 }
 inline void mbar_init(unsigned bar, unsigned count) {
+    EMU_QUIET;
     EmuBlock& blk = *emu_self().block;
     if (bar % 8 != 0 || bar + 8 > emu_launch_smem_bytes || count == 0) {
         std::fprintf(stderr, "mbar_init at byte %u (count %u): not 8-byte aligned inside the shared memory\n", bar, count);
@@ -628,7 +692,10 @@ inline void mbar_arrive(unsigned bar) {
 inline void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
     EmuBlock& blk = *emu_self().block;
     EmuMbar& m = emu_mbar(blk, bar);
-    m.tx += bytes;
+    {
+        EMU_QUIET;
+        m.tx += bytes;
+    }
     emu_mbar_arrive(m, bar);
 }
 // An arrival on the barrier at the same offset in block `rank` of the cluster (release, cluster scope).
@@ -640,10 +707,14 @@ inline void mbar_arrive_cluster(unsigned bar, unsigned rank) {
 inline void mbar_wait(unsigned bar, unsigned parity) {
     EmuBlock& blk = *emu_self().block;
     EmuMbar& m = emu_mbar(blk, bar);
-    emu_mbar_land(blk, m);
-    ++m.waiters;
-    while ((m.phase & 1u) == (parity & 1u)) emu_wait_while(&m.phase, m.phase);
-    --m.waiters;
+    {
+        EMU_QUIET;
+        emu_mbar_land(blk, m);
+        ++m.waiters;
+        while ((m.phase & 1u) == (parity & 1u)) emu_wait_while(&m.phase, m.phase);
+        --m.waiters;
+    }
+    emu_hb_acquire(&m.hb[(m.phase - 1) % EMU_HB_GENS]);   // the phase just completed: its arrivals and copies
 }
 inline void mbar_wait_cluster(unsigned bar, unsigned parity) { mbar_wait(bar, parity); }
 // cp.async.bulk global -> shared::cluster, multicast: `bytes` from src to offset dst of every block
@@ -666,6 +737,9 @@ inline void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes, u
         if (!(mask >> r & 1u)) continue;
         EmuBlock& blk = emu_cluster_block(r, "bulk_copy_multicast");
         EmuMbar& m = emu_mbar(blk, bar);
+        const EmuHbRange to{blk.smem_base + dst, bytes};   // written after the issue, before the phase's waiters go on
+        emu_hb_async(blk.smem_base + bar, &to, 1, true, &m.hb[m.phase % EMU_HB_GENS]);   // this barrier's channel
+        EMU_QUIET;
         EmuBulk c{dst, std::vector<unsigned char>(bytes), m.phase};
         std::memcpy(c.data.data(), src, bytes);
         m.inflight.push_back(std::move(c));
@@ -735,6 +809,9 @@ inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
             std::memcpy(sw.data() + (emu_tma_swizzled(dst + (unsigned)p, m.swizzle) - dst), c.data.data() + p, 16);
         c.data = std::move(sw);
     }
+    const EmuHbRange to{blk.smem_base + dst, bytes};   // the box's bytes (swizzled within them), as for a bulk copy
+    emu_hb_async(blk.smem_base + bar, &to, 1, true, &mb.hb[mb.phase % EMU_HB_GENS]);
+    EMU_QUIET;
     mb.inflight.push_back(std::move(c));
     if (mb.waiters > 0) emu_mbar_land(blk, mb);
 }
@@ -793,12 +870,30 @@ inline float emu_smem_half(unsigned long long desc, int r, int k) {
     std::memcpy(&x, base + off, 2);
     return BF16 ? emu_bf16_to_float(x) : f16_to_float(x);
 }
-// Record one wgmma: arow(m, k) gives A[m][k] for this thread's rows m (0 = row g, 1 = row g + 8).
-template <int N, bool BF16, class ARow, bool MNB = false>
-inline void emu_wgmma(float* d, ARow arow, unsigned long long db, int acc) {
+// Record one wgmma: arow(m, k) gives A[m][k] for this thread's rows m (0 = row g, 1 = row g + 8);
+// AM says where A lives (0: registers, 1: shared memory K-major as descriptor da, 2: MN-major).
+template <int N, bool BF16, class ARow, bool MNB = false, int AM = 0>
+inline void emu_wgmma(float* d, ARow arow, unsigned long long db, int acc, unsigned long long da = 0) {
     EmuThread& me = emu_self();
     const unsigned lane = threadIdx.x % 32, wiw = (threadIdx.x / 32) % 4;
     const int g = lane / 4, t = lane % 4;
+#if EMU_FIBER_TSAN
+    // The tensor core reads this thread's operand elements any time from the issue to the wait that
+    // retires the group (the computation below reads them at the wait, out of TSan's sight).
+    {
+        EmuHbRange r[32 + 4 * N];
+        int nr = 0;
+        const unsigned char* base = reinterpret_cast<const unsigned char*>(emu_dynamic_smem());
+        for (int m = 0; m < 2 && AM != 0; ++m)
+            for (int k = 0; k < 16; ++k)
+                r[nr++] = {base + (AM == 1 ? emu_sw128_offset(da, 16 * wiw + g + 8 * m, k)
+                                           : emu_sw128_mn_offset(da, 16 * wiw + g + 8 * m, k)), 2};
+        for (int col = 2 * t; col < N; col += (col % 2 == 0 ? 1 : 7))   // columns 8i + 2t, 8i + 2t + 1
+            for (int k = 0; k < 16; ++k)
+                r[nr++] = {base + (MNB ? emu_sw128_mn_offset(db, col, k) : emu_sw128_offset(db, col, k)), 2};
+        emu_hb_async(&emu_wgmma_channel, r, nr, false, me.wg_hb.open_obj());
+    }
+#endif
     me.wg_open.push_back([=]() {
         for (int e = 0; e < N / 2; ++e) {
             const int i = e / 4, r = e % 4, m = r / 2;
@@ -811,26 +906,31 @@ inline void emu_wgmma(float* d, ARow arow, unsigned long long db, int acc) {
 }
 template <int N, bool BF16>
 inline void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
-    emu_wgmma<N, BF16>(d, [da](int, int row, int k) { return emu_smem_half<BF16>(da, row, k); }, db, acc);
+    auto arow = [da](int, int row, int k) { return emu_smem_half<BF16>(da, row, k); };
+    emu_wgmma<N, BF16, decltype(arow), false, 1>(d, arow, db, acc, da);
 }
 // A MN-major (tnspA: K rows of the M values, 128-byte swizzle), bf16, B K-major: kernels/hopper.cuh's wgmma_ss_mna
 template <int N>
 inline void wgmma_ss_mna(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
     static_assert(N == 16 || N == 32, "wgmma_ss_mna: N in {16, 32}");
-    emu_wgmma<N, true>(d, [da](int, int row, int k) { return emu_smem_half<true, true>(da, row, k); }, db, acc);
+    auto arow = [da](int, int row, int k) { return emu_smem_half<true, true>(da, row, k); };
+    emu_wgmma<N, true, decltype(arow), false, 2>(d, arow, db, acc, da);
 }
 // A from the warp's registers (rows g and g + 8 of its 16, all 16 k), copied at issue
 template <int N, bool BF16, bool MNB>
 inline void emu_wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
     const unsigned lane = threadIdx.x % 32;
     EmuWarp& w = emu_warp();
-    for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = a[i];
-    w.bar.arrive_and_wait();
     std::array<float, 32> rows;
-    const int g = lane / 4;
-    for (int m = 0; m < 2; ++m)
-        for (int k = 0; k < 16; ++k) rows[16 * m + k] = emu_half<BF16>(w, true, g + 8 * m, k);
-    w.bar.arrive_and_wait();
+    {
+        EMU_QUIET;
+        for (int i = 0; i < 4; ++i) w.frag_a[lane][i] = a[i];
+        w.bar.arrive_and_wait(false);
+        const int g = lane / 4;
+        for (int m = 0; m < 2; ++m)
+            for (int k = 0; k < 16; ++k) rows[16 * m + k] = emu_half<BF16>(w, true, g + 8 * m, k);
+        w.bar.arrive_and_wait(false);
+    }
     auto arow = [rows](int m, int, int k) { return rows[16 * m + k]; };
     emu_wgmma<N, BF16, decltype(arow), MNB>(d, arow, db, acc);
 }
@@ -852,13 +952,18 @@ inline void wgmma_commit() {
     EmuThread& me = emu_self();
     me.wg_groups.push_back(std::move(me.wg_open));
     me.wg_open.clear();
+    if (EMU_FIBER_TSAN) me.wg_hb.commit();
 }
 template <int N>
 inline void wgmma_wait() {
-    auto& groups = emu_self().wg_groups;
-    while (groups.size() > (size_t)N) {
-        for (auto& op : groups.front()) op();
-        groups.erase(groups.begin());
+    EmuThread& me = emu_self();
+    while (me.wg_groups.size() > (size_t)N) {
+        {
+            EMU_QUIET;   // TSan saw the operands read by the asynchronous unit
+            for (auto& op : me.wg_groups.front()) op();
+        }
+        me.wg_groups.erase(me.wg_groups.begin());
+        if (EMU_FIBER_TSAN) me.wg_hb.retire_oldest();
     }
 }
 
