@@ -195,14 +195,20 @@ static __device__ __forceinline__ void race_wgmma(float* out, bool wait_before_b
         wgmma_fence();
         wgmma_ss<16, true>(d, wgmma_desc_sw128(base + A, 16, 1024), wgmma_desc_sw128(base + B, 16, 1024), 0);
         wgmma_commit();
-        if (wait_before_barrier) wgmma_wait<0>();
+        if (wait_before_barrier) {
+            wgmma_wait<0>();
+            fence_regs(d);   // the accumulators are read after the wait, not moved above it
+        }
     }
     __syncthreads();
     if (threadIdx.x >= 128)
         for (unsigned i = threadIdx.x - 128; i < HALVES; i += 32) tiles[i] = 0x4000;   // the next step's operands
     if (barrier_before_wait) __syncthreads();
     if (threadIdx.x < 128) {
-        if (!wait_before_barrier) wgmma_wait<0>();
+        if (!wait_before_barrier) {
+            wgmma_wait<0>();
+            fence_regs(d);
+        }
         out[threadIdx.x] = d[0];
     }
 }
