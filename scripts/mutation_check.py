@@ -223,8 +223,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K64V64BV32]",),
              "the CPU model's wgmma decodes the descriptor's swizzle from the address bits, as the GPU does"),
     Mutation("13: P2's low-half term reads X's hi half", "kernels/delta/wgmma_recurrence.cuh",
-             "            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 64 + 32 * s), 1);",
-             "            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), 1);",
+             "            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 64 + 32 * s), 1);",
+             "            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 32 * s), 1);",
              ("tests/test_emu_delta_tc.py::test_tensor_core_kernels_match_float64[T70-mixed-h01-K64V64BV32]",),
              "X's lo tile sits 64 bytes into each row: read as hi, the hi product is counted twice"),
     Mutation("13: two staging tiles, chunk n read before its copies are waited for",
@@ -545,6 +545,22 @@ MUTATIONS: tuple[Mutation, ...] = (
                  "        if (KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);\n", "", 1).replace(
                  "        load_kd(n);   // 24", "        if (KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);\n"
                  "        load_kd(n);   // 24", 1)),
+    Mutation("probe KDA_NO_P2: o's product reads the X^T tile, not V'^T", "kernels/delta/wgmma_recurrence.cuh",
+             "issue_p2(p2, ta, false, svp_a);", "issue_p2(p2, ta, false, sx_a);",
+             ("tests/test_emu_delta_tc.py::test_wy_chain_probe_computes_its_model",),
+             "a timing build must still issue the products it claims, on the tiles it names"),
+    Mutation("probe KDA_NO_P2: o's product waited for after the barrier that frees V'^T", "kernels/delta/wgmma_recurrence.cuh",
+             "", "", ("tests/test_emu_race.py::test_delta_kernels_have_no_unordered_shared_memory_access[K64V64BV16-KDA_NO_P2]",),
+             "the next chunk's V'^T store may land while the wgmma still reads the tile: the race check reports it",
+             edit=lambda t: t.replace(
+                 "            if (n + 1 < NC) named_bar_sync(BAR_CONS, 128);\n            continue;",
+                 "            continue;", 1).replace(
+                 "            wgmma_wait<0>();   // o's product (it read V'^T",
+                 "            if (n + 1 < NC) named_bar_sync(BAR_CONS, 128);\n            wgmma_wait<0>();   // o's product (it read V'^T", 1)),
+    Mutation("describe_probes: 22's fp32 probe set against 22 on bf16 inputs", "lib/attnlab/delta/fast.py",
+             "impl_of = {label: (impl, probe_io(label, impl))", "impl_of = {label: (impl, \"bf16\")",
+             ("tests/test_emu_delta_tc.py::test_wgmma_family_stamps_and_generated_lines",),
+             "a probe of the fp32 form would be read against the bf16 form's time"),
     Mutation("describe_probes: a probe within the noise band called faster", "lib/attnlab/delta/fast.py",
              "if abs(r - 1) < PROBE_NOISE else", "if False else",
              ("tests/test_emu_delta_tc.py::test_wgmma_family_stamps_and_generated_lines",),

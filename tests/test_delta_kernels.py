@@ -306,6 +306,26 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert ("st.shared.v4.u32" if K == 128 else "st.shared.v2.u32") in r.ptx
 
 
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+@pytest.mark.parametrize("function, bf", [("kda_chunk_state_kdreg", False), ("kda_chunk_state_kdreg", True),
+                                          ("kda_chunk_state_pre", False)], ids=["24-fp32", "24-bf16", "22-fp32"])
+def test_wy_chain_probe_builds(function, bf):
+    """KDA_NO_P2 (the WY form's chain, a timing build in notebook 13's probe table) builds for sm_90a as the recorded
+    builds do: no spill, no serialized wgmma; and it is a different chain: P2's wgmmas are still issued (behind P4),
+    but no X^T tile is stored, so a chunk has fewer stmatrix stores than the plain build's."""
+    src = {"kda_chunk_state_kdreg": dk.KDREG_SRC, "kda_chunk_state_pre": dk.PRE_SRC}[function]
+    args = (128, 128, 32, 32, bf)
+    arch = dk.static_arch(function, "sm_90")
+    (plain,) = static_build(src, function, [args], arch)
+    (probe,) = static_build(src, function, [args], arch, defines={"KDA_NO_P2": 1})
+    assert max(probe.spill_store_bytes, probe.spill_load_bytes, probe.stack_bytes) == 0, probe.spill_store_bytes
+    assert not probe.wgmma_serialized, probe.wgmma_serialized
+    wg = lambda ptx: ptx.count("wgmma.mma_async.sync.aligned.m64n")  # noqa: E731
+    stm = lambda ptx: ptx.count("stmatrix.sync.aligned")  # noqa: E731
+    assert wg(probe.ptx) == wg(plain.ptx), "the probe issues the plain build's products"
+    assert stm(probe.ptx) < stm(plain.ptx), "the probe still stores the X^T tile"
+
+
 def test_registry_lists_every_delta_kernel_file_once():
     files = sorted(p.name for p in (ROOT / "kernels" / "delta").glob("[0-9][0-9]_*.cu"))
     assert sorted(Path(k.source).name for k in dk.DELTA_KERNELS) == files

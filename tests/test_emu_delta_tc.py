@@ -361,6 +361,57 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
     assert fast.FP32_IMAGES in set(ours["implementation"]) and (ours[["rel_err_o", "rel_err_state"]] < TOL).all().all()
 
 
+def wy_chain_probe_model(x: dict, scale: float, C: int = 32):
+    """What KDA_NO_P2's build computes, in float64: each chunk's X = beta v - Kbg S stands for V' (T taken as I: no
+    P2 on the chain), S <- 2^G_L S + Kd^T X, and o = Qg S + A2 X with 07's A2 = Aqk (I + Akk)^-1 (its o product issued
+    behind P4). Not KDA: the model of a timing build, which must still issue every product it claims."""
+    q, k, v, g, beta = (np.asarray(x[n], np.float64) for n in ("q", "k", "v", "g", "beta"))
+    B, T, H, K = q.shape
+    S = np.array(x["initial_state"], np.float64) if "initial_state" in x else np.zeros((B, H, K, v.shape[-1]))
+    o = np.zeros(v.shape)
+    for t0 in range(0, T, C):
+        sl = slice(t0, min(t0 + C, T))
+        for b in range(B):
+            for h in range(H):
+                qn, kn, vn, bn = q[b, sl, h], k[b, sl, h], v[b, sl, h], beta[b, sl, h]
+                G = np.cumsum(g[b, sl, h], axis=0)
+                d = G[:, None, :] - G[None, :, :]                      # [i, j, c]: <= 0 where j <= i
+                n = len(G)
+                low = np.tril(np.ones((n, n), bool))[..., None]
+                e = np.exp(np.where(low, np.minimum(d, 0.0), -np.inf))
+                akk = np.tril(bn[:, None] * np.einsum("ic,jc,ijc->ij", kn, kn, e), -1)
+                aqk = scale * np.einsum("ic,jc,ijc->ij", qn, kn, e)
+                a2 = aqk @ np.linalg.inv(np.eye(n) + akk)
+                xn = bn[:, None] * vn - (bn[:, None] * kn * np.exp(G)) @ S[b, h]
+                o[b, sl, h] = (scale * qn * np.exp(G)) @ S[b, h] + a2 @ xn
+                S[b, h] = np.exp(G[-1])[:, None] * S[b, h] + (kn * np.exp(G[-1] - G)).T @ xn
+    return o, S
+
+
+def test_wy_chain_probe_computes_its_model(fake_cupy):
+    """KDA_NO_P2 (wgmma_recurrence.cuh; a timing build of 19, 22 and 24 in notebook 13's probe table): the chain as
+    the WY form would run it, P1 then P4 with no X^T tile, barrier or P2 between them, and o's product issued behind
+    P4 on the V'^T tile. Its results are not KDA's, but they must be its own model's (wy_chain_probe_model), on fp32
+    inputs over three chunks and a tail with an initial state: a product left out, read from the wrong tile or
+    waited for too late is far from it. The plain builds stay KDA (the define reaches only the probe)."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, 70, 2, 64, 64, seed=21, gate="mixed", initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    want_o, want_s = wy_chain_probe_model(x, 64 ** -0.5)
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    assert rel(want_o, ref_o) > 1e-2, "the probe's model is KDA: the test would not tell the builds apart"
+    for impl in ("kdreg", "tile", "pre"):
+        plan = dk.prepare_tc(**d, output_final_state=True, impl=impl, defines={"KDA_NO_P2": 1})
+        plan.poison()
+        o, s = (a.get() for a in plan.run())
+        assert rel(o, want_o) < TOL and rel(s, want_s) < TOL, f"{impl}: {rel(o, want_o):.2e}, {rel(s, want_s):.2e}"
+    plan = dk.prepare_tc(**d, output_final_state=True, impl="kdreg")
+    o, s = (a.get() for a in plan.run())
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL
+
+
 def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
     """scripts/probe_delta_lda.py's builds through kda_tc's launch path on the CPU model: each form of 19 and 22
     (fp32 inputs) writes the recorded build's o and final state bit for bit, and the defines do reach the build
@@ -665,6 +716,24 @@ def test_wgmma_family_stamps_and_generated_lines():
     probes.loc[1, "median_ms"] = 0.898   # a 0.2 % difference is neither faster nor slower
     assert fast.describe_probes(probes)[-1].endswith("1.002× its speed (within 2% of it: WG_E waiting for its buffer "
                                                      "is not what holds 24 back).")
+    # 22 runs on bf16 and on fp32 inputs: a probe build of the fp32 form is set against the fp32 form as built
+    probes = pd.DataFrame(dict(implementation=["22 (fp32 images)", f"22 (fp32 images) {fast.WY_PROBE}", "22 (bf16 I/O)"],
+                               median_ms=[0.65, 0.55, 0.48]))
+    assert fast.describe_probes(probes) == [
+        f"- 22 (fp32 images) {fast.WY_PROBE}: 0.550 ms against 0.650 ms for 22 (fp32 images) as built "
+        "(+0.100 ms is what the build took away)."]
+    assert {f"24 {fast.WY_PROBE}", f"22 (fp32 images) {fast.WY_PROBE}"} <= {x[0] for x in fast.PROBE_BUILDS}
+    # scripts/probe_delta_wy.py: its builds are probe builds, and its lines bound the WY form from the data
+    assert set(fast.WY_LABELS) <= {x[0] for x in fast.PROBE_BUILDS}
+    with pytest.raises(ValueError, match="not probe builds"):
+        fast.probe_latency(1, 1, 64, 64, 32, labels=["24", "24 in the WY form"])
+    probes = pd.DataFrame(dict(implementation=["24", f"24 {fast.WY_PROBE}"], median_ms=[0.9, 0.7]))
+    lines = fast.describe_wy_probe(probes, 0.34, 1.9)
+    assert lines[0] == "- 07 alone + 24 as built: 0.340 + 0.900 = 1.240 ms; 1.9x fla's 1.900 ms (bf16) allows 1.000 ms."
+    assert lines[1].startswith(f"- 07 alone + 24 {fast.WY_PROBE}: 0.340 + 0.700 = 1.040 ms, still 0.040 ms (4%) past it.")
+    probes.loc[1, "median_ms"] = 0.6
+    assert ", 0.060 ms inside it." in fast.describe_wy_probe(probes, 0.34, 1.9)[1]
+    assert fast.describe_wy_probe(probes, 0.34, float("nan")) == [] == fast.describe_wy_probe(probes.iloc[:1], 0.34, 1.9)
     # probe_latency times the ladder's impls only (17 on bf16 inputs): a probe build of another would be dropped unseen
     assert {impl for _, impl, _ in fast.PROBE_BUILDS} <= {impl for _, impl, _ in fast.TC_IMPLS + fast.BF16_IO_IMPLS}
     # a probe build of 14's tensor-copy form is set against that form as built, not against 13 or "14"

@@ -124,13 +124,16 @@ def test_race_check_controls(tsan_build, form, race):
             f"{form}: a correct hand-over reported as a race:\n{first_report(res.stderr)}")
 
 
-#: (K, V, BV): the shape racecheck flagged on the H200 (19 and 24 at K = 64, BV = 16) and the target's head size
-RACE_CONFIGS = [(64, 64, 16), (128, 128, 32)]
+#: (K, V, BV, defines): the shape racecheck flagged on the H200 (19 and 24 at K = 64, BV = 16), the target's head size,
+#: and the timing build KDA_NO_P2 (19, 20, 22, 24 with no P2 stage: its own hand-overs of the V'^T tile)
+RACE_CONFIGS = [(64, 64, 16, ()), (128, 128, 32, ()), (64, 64, 16, ("-DKDA_NO_P2=1",))]
 
 
-@pytest.mark.parametrize("K, V, BV", RACE_CONFIGS, ids=[f"K{k}V{v}BV{b}" for k, v, b in RACE_CONFIGS])
-def test_delta_kernels_have_no_unordered_shared_memory_access(tsan_build, tmp_path, K, V, BV):
-    exe = tsan_build("tests/delta_emu/harness_06.cpp", f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_BV={BV}")
+@pytest.mark.parametrize("K, V, BV, defines", RACE_CONFIGS,
+                         ids=[f"K{k}V{v}BV{b}" + "".join(d.replace("-D", "-").split("=")[0] for d in ds)
+                              for k, v, b, ds in RACE_CONFIGS])
+def test_delta_kernels_have_no_unordered_shared_memory_access(tsan_build, tmp_path, K, V, BV, defines):
+    exe = tsan_build("tests/delta_emu/harness_06.cpp", f"-DEMU_K={K}", f"-DEMU_V={V}", f"-DEMU_BV={BV}", *defines)
     B, T, H = 1, 100, 1   # four chunks of 32, the last one a tail of 4: both operand buffers reused
     x = random_inputs(B, T, H, K, V, seed=11, initial_state=True)
     for n in ("q", "k", "v", "g", "beta"):

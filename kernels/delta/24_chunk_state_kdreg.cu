@@ -20,6 +20,10 @@
 // kept as they are: the element-wise warpgroup's period is set elsewhere, 19_chunk_state_tile.cu says where). The
 // probe build KDA_KD_EARLY=1 hands it back right after load_kd instead (results the same); notebook 13's probe table
 // times it beside 24.
+// What the WY form would leave of the chunk: the probe build KDA_NO_P2 (results meaningless, every product issued)
+// runs P1 then P4 with no X^T tile, barrier or P2 between them, as the chain would if W = T Kbg and U = T beta v
+// were made off it (V' = U - W S, lib/attnlab/delta/chunk.py); scripts/probe_delta_wy.py and notebook 13's probe
+// table time it beside 24.
 //
 // Launch: 19's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output; shared memory
 // kernels.tile_smem_words). Requires sm_90a.

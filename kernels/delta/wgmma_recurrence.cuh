@@ -114,6 +114,13 @@ static_assert(KDA_P4_LDA == 0 || KDA_P4_LDA == 1, "KDA_P4_LDA: 0 (recorded build
 #endif                   // fragments are loaded (1: P1 and the decay have read it before), or once P4 completes (0, as built)
 static_assert(KDA_KD_EARLY == 0 || KDA_KD_EARLY == 1, "KDA_KD_EARLY: 0 (as built) or 1 (probe)");
 
+#ifndef KDA_NO_P2
+#define KDA_NO_P2 0   // probe build (19, 20, 22, 24; results meaningless): the chain as the WY form would run it (1): P1's
+#endif                // X goes to the V'^T tile as V' would (V' = U - W S, U = T beta v and W = T Kbg made off the chain),
+                      // no X^T tile, barrier or P2 between P1 and P4; P2's wgmmas (the product o needs, Aqk V') are issued
+                      // behind P4 on the V'^T tile and o stored after P4: what one product stage less saves the chunk
+static_assert(KDA_NO_P2 == 0 || KDA_NO_P2 == 1, "KDA_NO_P2: 0 (as built) or 1 (probe)");
+
 #ifndef KDA_STAGE_RING
 #define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's
 #endif                     // copies issued two chunks ahead (1), or one tile, a chunk ahead (0, as built)
@@ -570,6 +577,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     // tokens 16s + 8 (mi / 2) ..
     constexpr bool P4L = (KDA_P4_LDA || L::P4R) && !L::AHEAD;
     constexpr bool KD_EARLY = KDA_KD_EARLY && L::P4R && L::NKD == 2;   // probe (24): buffer n & 1 free after load_kd
+    constexpr bool NO_P2 = KDA_NO_P2 && L::SMA && !L::HILO && !L::AHEAD && L::NKD == 2;   // probe (19, 20, 22, 24)
+    static_assert(!NO_P2 || (KDA_PROBE != 3 && !KD_EARLY), "KDA_NO_P2: no clock stamps, no early hand-back");
     unsigned kdf[P4L ? MT : 1][2][2][4];
     auto load_kd = [&](int m) {
         if constexpr (P4L) {
@@ -633,12 +642,14 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
     };
     // P2: [V'; A2 X] = [T; A2] X (three terms), from ta and the X^T tile
-    auto issue_p2 = [&](float (&p2)[BV / 2], const unsigned (&ta)[2][2][4], bool onto = false) {   // onto: p2 += ...
+    // (probe KDA_NO_P2: B from the V'^T tile, bt)
+    auto issue_p2 = [&](float (&p2)[BV / 2], const unsigned (&ta)[2][2][4], bool onto = false, unsigned bt = 0) {
+        if (!bt) bt = sx_a;   // onto: p2 += ...
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
-            wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(sx_a + 32 * s), onto || s > 0);
-            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 64 + 32 * s), 1);
-            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(sx_a + 32 * s), 1);
+            wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(bt + 32 * s), onto || s > 0);
+            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 64 + 32 * s), 1);
+            wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 32 * s), 1);
         }
     };
     // o = Ob + A2 X (rows g8 + 8) stored; V' (rows g8) returned for V'^T. with_ob = false: P2 started from Ob
@@ -839,12 +850,44 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         // while P1 runs: this chunk's P2 A rows (warp's tokens: T rows at g8, A2 rows at g8 + 8)
         unsigned ta[2][2][4];   // [hi/lo][k step][a0..a3]
         load_ta(n, ta);
+        if constexpr (NO_P2) load_kd(n);   // probe: P4 follows P1 directly
         wgmma_wait<0>();
         fence_regs(p1);
         KDA_STAMP(1);
         // X = beta v - Kbg S (rows g8: token i), Ob = Qg S (rows g8 + 8)
         float x[BV / 4], ob[BV / 4];
         x_ob(n, beta_i, p1, x, ob);
+        if constexpr (NO_P2) {
+            // ------------------------------------------------ probe KDA_NO_P2: X in V''s place, P4, then o's product
+            write_tok_t(svp_a, x);
+            fence_proxy_async();
+            named_bar_sync(BAR_CONS, 128);
+            wgmma_fence();
+            issue_p4(n);
+            wgmma_commit();
+            float p2[BV / 2];
+            issue_p2(p2, ta, false, svp_a);   // o's product behind P4, off the chain
+            wgmma_commit();
+            if (n + 1 < NC) {
+                full_wait(n + 1);
+                if constexpr (LDA) build(n + 1);
+            }
+            wgmma_wait<1>();   // P4
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
+            if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
+            if (n + 1 < NC) {
+                write_st();
+                fence_proxy_async();
+                wait_slot(n + 1);
+            }
+            wgmma_wait<0>();   // o's product (it read V'^T: the barrier below orders that before the next chunk's store)
+            fence_regs(p2);
+            float vp[BV / 4];
+            o_vp(t0, ob, p2, vp);
+            if (n + 1 < NC) named_bar_sync(BAR_CONS, 128);
+            continue;
+        }
         write_tok_t(sx_a, x);
         fence_proxy_async();
         named_bar_sync(BAR_CONS, 128);

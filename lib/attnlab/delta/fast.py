@@ -561,12 +561,16 @@ KD_EARLY_PROBE = "24, its buffer handed back before P4 (KDA_KD_EARLY=1)"
 PROBE_NOISE = 0.02
 #: the defines whose builds compute meaningless results (probes of time only): describe_probes sets each such build
 #: against its plain build
-MEANINGLESS_DEFINES = ("KDA_PROBE", "KDA_P1_TERMS")
+MEANINGLESS_DEFINES = ("KDA_PROBE", "KDA_P1_TERMS", "KDA_NO_P2")
+#: the WY form's chain (wgmma_recurrence.cuh, KDA_NO_P2: P1 then P4, no P2 stage between them; results meaningless):
+#: what computing W = T Kbg and U = T beta v off the chain would leave of 24's chunk, and of 22's on fp32 images
+WY_PROBE = "as the WY form's chain would run, no P2 stage (KDA_NO_P2)"
 #: Probe builds timed beside the recurrences they change: (label, impl, defines; every impl one of :data:`TC_IMPLS`).
-#: Results meaningless (KDA_PROBE, KDA_P1_TERMS: :data:`MEANINGLESS_DEFINES`), times telling, but for
+#: Results meaningless (KDA_PROBE, KDA_P1_TERMS, KDA_NO_P2: :data:`MEANINGLESS_DEFINES`), times telling, but for
 #: :data:`KD_EARLY_PROBE`, whose results are 24's. 10: each side alone; 13: no input copies after chunk 0, WG_E's
 #: arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor copies), and the same two probes of its
-#: tensor-copy form; 15-24: their chains alone and other parts taken away.
+#: tensor-copy form; 15-24: their chains alone and other parts taken away; 24 and 22 on fp32 images with the WY form's
+#: chain (:data:`WY_PROBE`).
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
@@ -588,7 +592,11 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("24 without input copies after chunk 0 (KDA_PROBE=4)", "kdreg", {"KDA_PROBE": 4}),
                 ("24 with P1 as one term, its two lo terms dropped (KDA_P1_TERMS=1; results meaningless, as a KDA_PROBE "
                  "build's)", "kdreg", {"KDA_P1_TERMS": 1}),
-                (KD_EARLY_PROBE, "kdreg", {"KDA_KD_EARLY": 1}))
+                (KD_EARLY_PROBE, "kdreg", {"KDA_KD_EARLY": 1}),
+                (f"24 {WY_PROBE}", "kdreg", {"KDA_NO_P2": 1}),
+                (f"24 chain alone, WG_E arithmetic idle, {WY_PROBE.replace(' (KDA_NO_P2)', '')} (KDA_NO_P2, KDA_PROBE=5)",
+                 "kdreg", {"KDA_NO_P2": 1, "KDA_PROBE": 5}),
+                ("22 (fp32 images)", "pre", {}), (f"22 (fp32 images) {WY_PROBE}", "pre", {"KDA_NO_P2": 1}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -655,14 +663,20 @@ def probe_inputs(d: dict, impl: str, io: str | None = None) -> tuple[dict, str]:
     return dict(tb, **({"initial_state": d["initial_state"]} if d.get("initial_state") is not None else {})), "bf16"
 
 
-def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0) -> pd.DataFrame:
+def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2, seed: int = 0,
+                  labels: Iterable[str] | None = None) -> pd.DataFrame:
     """The recurrence alone (07's output in place) of 10 and 13 and of their probe builds
-    (:data:`PROBE_BUILDS`), timed at T in one run: where each recurrence's time goes."""
+    (:data:`PROBE_BUILDS`; ``labels``: only those), timed at T in one run: where each recurrence's time goes."""
+    if labels is not None:
+        labels = set(labels)
+        unknown = labels - {x[0] for x in PROBE_BUILDS}
+        if unknown:
+            raise ValueError(f"not probe builds (fast.PROBE_BUILDS): {sorted(unknown)}; pass labels from it")
     rows = []
     ok = {x[1] for x in tc_impls()} | {x[1] for x in bf16_io_impls()}   # 17: bf16 inputs (probe_inputs)
     _, d = device_inputs(B, T, H, K, V, seed=seed + T)
     for label, impl, defines in PROBE_BUILDS:
-        if impl not in ok:
+        if impl not in ok or (labels is not None and label not in labels):
             continue
         x, io = probe_inputs(d, impl, probe_io(label, impl))
         p = dk.prepare_tc(**x, check_gate=False, impl=impl, defines=defines or None)
@@ -713,8 +727,8 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
     meaningless, and 24's KDA_KD_EARLY, whose results are 24's) against the plain build of the same recurrence
     (:data:`PROBE_BUILDS`), and each plain build of 14 against 13."""
     ms = probes.set_index("implementation")["median_ms"]
-    impl_of = {label: impl for label, impl, _ in PROBE_BUILDS}
-    plain = {impl: label for label, impl, defines in PROBE_BUILDS if not defines}
+    impl_of = {label: (impl, probe_io(label, impl)) for label, impl, _ in PROBE_BUILDS}   # 22: bf16 and fp32 inputs
+    plain = {(impl, probe_io(label, impl)): label for label, impl, defines in PROBE_BUILDS if not defines}
     timing_only = {label for label, _, defines in PROBE_BUILDS if set(defines or {}) & set(MEANINGLESS_DEFINES)}
     lines = []
     for label, t in ms.items():
@@ -761,6 +775,31 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
                      + (f"below that floor by {ms[alone] - t:.3f} ms." if t < ms[alone] else
                         f"{(ms[rec] - t) / gap:.0%} of the gap between them closed." if gap > 0 else "no gap to close."))
     return lines
+
+
+#: the probe builds scripts/probe_delta_wy.py times: 24 and 22 (fp32 images) as built and in the WY form's chain
+WY_LABELS = ("24", "24 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", f"24 {WY_PROBE}",
+             f"24 chain alone, WG_E arithmetic idle, {WY_PROBE.replace(' (KDA_NO_P2)', '')} (KDA_NO_P2, KDA_PROBE=5)",
+             "22 (fp32 images)", f"22 (fp32 images) {WY_PROBE}")
+
+
+def describe_wy_probe(probes: pd.DataFrame, prep_ms: float, fla_bf16_ms: float, goal: float = 1.9) -> list[str]:
+    """Generated lines on the WY probe (KDA_NO_P2, :data:`WY_PROBE`): 07 alone (``prep_ms``) plus 24 as built and plus
+    24 with the WY form's chain, against the time ``goal`` x fla (bf16, ``fla_bf16_ms``) allows. The probe issues
+    no product for W = T Kbg or U = T beta v, so its sum is a bound on what the WY form can reach, not a forecast.
+    Empty where a time is missing."""
+    ms = probes.set_index("implementation")["median_ms"]
+    wy = f"24 {WY_PROBE}"
+    if not {"24", wy} <= set(ms.index) or not np.isfinite([prep_ms, fla_bf16_ms]).all():
+        return []
+    allow = fla_bf16_ms / goal
+    now, best = prep_ms + ms["24"], prep_ms + ms[wy]
+    verdict = (f"{allow - best:.3f} ms inside it" if best <= allow else
+               f"still {best - allow:.3f} ms ({best / allow - 1:.0%}) past it")
+    return [f"- 07 alone + 24 as built: {prep_ms:.3f} + {ms['24']:.3f} = {now:.3f} ms; {goal}x fla's {fla_bf16_ms:.3f} ms "
+            f"(bf16) allows {allow:.3f} ms.",
+            f"- 07 alone + 24 {WY_PROBE}: {prep_ms:.3f} + {ms[wy]:.3f} = {best:.3f} ms, {verdict}. The probe makes no "
+            "W = T Kbg and no U = T beta v: what they cost comes on top, so this is the WY form's bound, not its time."]
 
 
 def _stage_ms(latency: pd.DataFrame, impl: str, T: int, stage: str, dtype: str = "fp32") -> float:

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""GPU probe: what the WY form's chain would leave of 24's chunk (KDA_NO_P2), before building it.
+
+    PYTHONPATH=lib python scripts/probe_delta_wy.py [--T 16384] [--budget 0.3] [--out DIR] [--no-fla]
+
+24's chain runs three products a chunk, one after another: P1 ([Kbg; Qg] S), P2 ([T; A2] X) and P4 (2^G_L S + Kd^T V').
+In the WY form of the chunk (lib/attnlab/delta/chunk.py; fla's w and u), V' = U - W S with W = T Kbg and U = T beta v
+made off the chain, so P2 leaves it: P1 gives V' directly, then P4. The probe build KDA_NO_P2
+(kernels/delta/wgmma_recurrence.cuh) runs 24 (and 22 on fp32 images) that way with X in V''s place and o's product
+issued behind P4, results meaningless but every product issued (tests/test_emu_delta_tc.py holds it to its own float64
+model). It makes no W and no U, so 07 + its time bounds what the WY form can reach.
+
+At B=2, H=16, K=V=128, one run: 07 alone (the form 24 reads), fla's chunk_kda in bf16 (eager and as a CUDA graph),
+and the recurrences of fast.WY_LABELS alone (24 and 22 on fp32 images as built, with the chain alone, and in the WY
+form's chain), then the generated lines of fast.describe_probes and fast.describe_wy_probe. Writes probe_wy.csv to
+--out (default $OUT or /tmp), a temporary file then a rename. Not a recorded run: notebook 13 records what the lab
+quotes (its probe table holds the same builds, fast.PROBE_BUILDS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnlab.delta import fast
+from attnlab.delta import kernels as dk
+from attnlab.delta.bench import _timed, device_inputs, fla_functions
+from attnlab.results import write_csv_atomic
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--T", type=int, default=16384)
+    ap.add_argument("--budget", type=float, default=0.3)
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--no-fla", action="store_true")
+    a = ap.parse_args()
+    B, H, K, V, T = 2, 16, 128, 128, a.T
+    out = Path(a.out) / "probe_wy.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    probes = fast.probe_latency(B, H, K, V, T, budget_s=a.budget, labels=fast.WY_LABELS)
+    rows = probes.to_dict("records")
+    write_csv_atomic(pd.DataFrame(rows), out)   # what is timed so far survives an interrupted call
+    _, d = device_inputs(B, T, H, K, V, seed=T)
+    p = dk.prepare_tc(**d, check_gate=False, impl="kdreg")
+    rows.append(_timed(lambda: p.run(stages=(1,)), a.budget, implementation="07 alone (24's form)", dtype="fp32", T=T,
+                       config=f"C=32 BV={p.bv}", stage="07"))
+    prep = rows[-1]["median_ms"]
+    del p
+    fla = float("nan")
+    chunk_kda, _, _ = fla_functions()
+    if chunk_kda is not None and not a.no_fla:
+        import torch
+
+        t = {n: torch.from_dlpack(x).to(torch.bfloat16).contiguous() for n, x in d.items() if n != "initial_state"}
+
+        def call(t=t):
+            with torch.no_grad():
+                return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+        call()
+        torch.cuda.synchronize()
+        rows.append(_timed(call, a.budget, implementation=fast.FLA, dtype="bf16", T=T, config="default", stage="all"))
+        rows.append(_timed(fast._graphed(call), a.budget, implementation=fast.FLA_GRAPH, dtype="bf16", T=T,
+                           config="default", stage="all"))
+        fla = min(rows[-1]["median_ms"], rows[-2]["median_ms"])
+    df = pd.DataFrame(rows)
+    write_csv_atomic(df, out)
+    print(df[[c for c in ("implementation", "dtype", "T", "median_ms", "rel_iqr") if c in df]].to_string())
+    print("\n".join(fast.describe_probes(probes) + fast.describe_wy_probe(probes, prep, fla)))
+    if not np.isfinite(fla):
+        print("fla not timed: no target line")
+
+
+if __name__ == "__main__":
+    main()
