@@ -244,7 +244,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "fence.proxy.async.shared::cta" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                       "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide",
-                      "kda_chunk_state_pre", "kda_chunk_state_kdreg"):
+                      "kda_chunk_state_pre", "kda_chunk_state_kdreg", "kda_chunk_state_wy"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -256,6 +256,12 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
             (r19,) = static_build(dk.TILE_SRC, "kda_chunk_state_tile", [args], dk.static_arch(function, arch))
             ldm = lambda ptx: ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16")  # noqa: E731
             assert ldm(r.ptx) > ldm(r19.ptx), f"{r.name}: P4's Kd^T fragments are not loaded by ldmatrix.x4"
+        if function == "kda_chunk_state_wy":   # 25: 24's products and U's six (two k steps, three terms) in P1;
+            (r24,) = static_build(dk.KDREG_SRC, "kda_chunk_state_kdreg", [args + (False,)], dk.static_arch(function, arch))
+            wg = lambda ptx: ptx.count("wgmma.mma_async.sync.aligned.m64n")  # noqa: E731
+            assert wg(r.ptx) == wg(r24.ptx) + 6, f"{r.name}: {wg(r.ptx)} wgmmas, 24 has {wg(r24.ptx)}"
+            # 07's T words land with the staging tile by one bulk copy (WG_E makes W from them)
+            assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
     elif spec.form == "tc":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx
@@ -761,7 +767,7 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide", "hilo", "kdreg"}   # 11, 13-16, 19, 20, 23, 24:
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide", "hilo", "kdreg", "wy"}   # 11, 13-16, 19, 20, 23-25:
     # clusters, wgmma, bulk and tensor copies
     # (17, "single", and 18, "ahead", are bf16-I/O paths only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)

@@ -98,7 +98,7 @@
 // and P4's A operand loaded into registers while P2 runs (P4R: 24).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
           bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false, bool HILO = false,
-          bool P4R = false>
+          bool P4R = false, bool WY = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -117,7 +117,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     // staging tiles: one, or (23's probe build KDA_STAGE_RING=1) two, each chunk's copy issued two chunks ahead
     constexpr int NST = PRE ? 0 : (HILO && KDA_STAGE_RING) ? 2 : 1;
     using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO,
-                          P4R>;
+                          P4R, WY>;
+    static_assert(!WY || (TMA && CL == 1 && NST == 1 && KDA_PROBE != 4), "25: 24's tensor-copy form, one staging tile");
     static_assert(NST < 2 || (TMA && CL == 1 && KDA_PROBE != 4), "the staging ring: tensor copies, no cluster, copies on");
     static_assert(!PRE || (KDA_PROBE == 0 || KDA_PROBE == 3), "22 has no element-wise warpgroup to probe");
     using TIn = typename KdaIn<BF>::T;
@@ -193,11 +194,15 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         auto tile_bar = [&](int n) { return NST == 2 && (n & 1) ? full_t + 32 : full_t; };
         constexpr unsigned ROW = K * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
         auto copy_in = [&](int n) {   // warp 4: this block's share of chunk n's rows, to every block
-            if (e == 0) mbar_arrive_expect_tx(tile_bar(n), TILE);   // each block receives the whole tile
+            if (e == 0) mbar_arrive_expect_tx(tile_bar(n), TILE + L::TW_BYTES);   // each block receives the whole tile
             if constexpr (TMA) {   // one box per array: K channels x C tokens of head h, batch b
-                if (e == 0)
+                if (e == 0) {
                     for (int ar = 0; ar < 3; ++ar)
                         tma_load_4d(cx.base + tile_of(n) + ar * C * ROW, maps[ar], 0, h, n * C, b, tile_bar(n));
+                    if constexpr (WY)   // 25: and 07's T hi, T lo words of the chunk (its first two arrays), one bulk copy
+                        bulk_copy(cx.base + tile_of(n) + TILE, TA + (cx.bh * NC + n) * (4LL * C * (C / 2)), L::TW_BYTES,
+                                  tile_bar(n));
+                }
                 return;
             }
             for (int idx = (int)rank + CL * e; idx < 3 * C; idx += CL * 32) {
@@ -236,6 +241,24 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : TIn(0);
             }
             const float bl = kda_widen1<BF>(xb);
+            if constexpr (WY) {
+                // 25: T' = T diag(beta) of chunk n, fp32, into WG_E's buffer n & 1 (kda_wg_operands makes W = T' Kg from
+                // it after the barrier below): thread e takes row e / 4, columns 8 (e % 4) .. + 7, each T hi + lo
+                const unsigned* tw = reinterpret_cast<const unsigned*>(cx.sm + L::OFF_STG + TILE);
+                float* wt = reinterpret_cast<float*>(cx.sm + L::OFF_WT + (n & 1) * (C * L::LW * 4));
+                const int r = e / 4, j0 = 8 * (e % 4);
+                float t8[8];
+#pragma unroll
+                for (int w = 0; w < 4; ++w) {
+                    const unsigned hi = tw[r * (C / 2) + j0 / 2 + w], lo = tw[C * (C / 2) + r * (C / 2) + j0 / 2 + w];
+                    t8[2 * w] = __uint_as_float(hi << 16) + __uint_as_float(lo << 16);
+                    t8[2 * w + 1] = __uint_as_float(hi & 0xffff0000u) + __uint_as_float(lo & 0xffff0000u);
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u) t8[u] *= __shfl_sync(ATTNLAB_FULL_MASK, bl, j0 + u);   // beta of token j0 + u
+                *reinterpret_cast<float4*>(wt + r * L::LW + j0) = make_float4(t8[0], t8[1], t8[2], t8[3]);
+                *reinterpret_cast<float4*>(wt + r * L::LW + j0 + 4) = make_float4(t8[4], t8[5], t8[6], t8[7]);
+            }
             // Everyone here has read the tile: after this barrier, chunk n + 1's copy overwrites it. The
             // copy engine writes through the async proxy, which the barrier does not order behind this
             // thread's shared-memory loads (they may still be in flight, their registers not yet read):

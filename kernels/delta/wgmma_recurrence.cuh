@@ -14,7 +14,7 @@
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
           int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128,
-          bool PRE_ = false, bool HILO_ = false, bool P4R_ = false>
+          bool PRE_ = false, bool HILO_ = false, bool P4R_ = false, bool WY_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -24,6 +24,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
                        // HILO_: the chain turned around in registers, hi and lo terms as accumulator row pairs
                        // (23): no S^T, X^T or V'^T tiles
                        // P4R_: P4's A, Kd^T, from registers, loaded by ldmatrix while P2 runs (24)
+                       // WY_: the WY form's chain (25): WG_E makes W = T Kbg into P1's A tile, WG_C's P1 also
+                       // adds U = T beta v from a beta v^T tile, and no P2 stands between P1 and P4
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19), two (20), a warp (22)
@@ -53,6 +55,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr bool P4R = P4R_;                   // 24: P4's A fragments loaded once a chunk, off the chain
     static_assert(!P4R || (SMA && !PRE && !HILO && NE_ == 128), "24: 19's loop (one element-wise warpgroup) with P4's A "
                                                                "from registers");
+    static constexpr bool WY = WY_;                     // 25: W made by WG_E, P1 then P4
+    static_assert(!WY || (P4R && DIET_ && !ONE && K == 128 && NE_ == 128),
+                  "25: 24's loop (P4's A from registers) on fp32 inputs at K = 128, one thread a channel");
     // byte offsets from the 1024-aligned base
     static constexpr int ST_BYTES = HILO ? 0 : K * BV * 2;   // one S^T tile (hi or lo): K/64 chunks of BV rows
     static constexpr int OFF_STH = 0;
@@ -81,9 +86,13 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int OFF_TOT = OFF_SLOT + 2 * SLOT_BYTES;   // WG_E's part sums [TPC][K] (K = 64; 20)
     static constexpr int TOT_BYTES = (2 * K > NE ? 2 * K : NE) * 4;
     static constexpr int NST = NST_;                            // staging tiles (a ring of chunks)
-    static constexpr int STG_BYTES = 3 * C * K * ESZ;           // one staging tile: g, k, q [C][K] as stored
+    static constexpr int TW_BYTES = WY ? 2 * C * (C / 2) * 4 : 0;   // 25: 07's T hi and lo words of the chunk
+    static constexpr int STG_BYTES = 3 * C * K * ESZ + TW_BYTES;   // one staging tile: g, k, q [C][K] as stored
     static constexpr int OFF_STG = OFF_TOT + TOT_BYTES;
-    static constexpr int OFF_MBAR = OFF_STG + NST * STG_BYTES;  // NMBAR mbarriers (14: the staging tile's)
+    static constexpr int LW = C + 4;                            // 25: floats per row of WG_E's T (beta folded in)
+    static constexpr int OFF_WT = OFF_STG + NST * STG_BYTES;    // 25: two of them, [C][LW] fp32 (chunks n & 1)
+    static constexpr int WT_BYTES = WY ? 2 * C * LW * 4 : 0;
+    static constexpr int OFF_MBAR = OFF_WT + WT_BYTES;          // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int IMG_BYTES = KD_BYTES + KQ_BYTES + K * 4;   // 22: one chunk's image (ops_image.cuh)
     static_assert(!PRE || (NMBAR >= 6 && NST == 0 && IMG_BYTES == kda_ops_image_bytes(K, !ONE)),
@@ -301,14 +310,43 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     if constexpr (L::SMA) {   // 19: [Kg; Qg]^T row c: P1's rows 16j .. 16j + 7 are Kg of tokens 8j .., 16j + 8 ..
                                           // Qg of the same tokens (13's A fragments), so 16-byte chunk 2j holds Kg, 2j + 1 Qg
                     (void)kb; (void)qgp;
+                    // 25 (WY): the tile's Kg rows hold -W = -T' Kg instead, W_r = sum_{j <= r} T'_rj Kg_j of this thread's
+                    // channel, with T' = T diag(beta) as kda_mc_body left it in WG_E's buffer n & 1 (T is lower
+                    // triangular: the quads past the diagonal add zeros); made 8 rows at a time, where they are stored
+                    float kg[L::WY ? TPT : 1];
+                    const float4* tw = reinterpret_cast<const float4*>(sm + L::OFF_WT + (n & 1) * (L::C * L::LW * 4));
+                    if constexpr (L::WY) {
+                        static_assert(TPT == L::C, "25: one thread a channel, every token of the chunk");
+    #pragma unroll
+                        for (int u = 0; u < TPT; ++u) kg[u] = kda_widen1<BF>(xk[u]) * e1[u];
+                    }
+                    (void)tw;
                     unsigned char* kq = sm + cx.kq_of(n) + (c / 8) * 1024 + (c % 8) * 128;
     #pragma unroll
                     for (int qd = 0; qd < TPT / 8; ++qd) {
                         unsigned kh[4], kl[4], qh[4], ql[4];
+                        float mw[L::WY ? 8 : 1];
+                        if constexpr (L::WY) {
+    #pragma unroll
+                            for (int rr = 0; rr < 8; ++rr) {
+                                const int r = 8 * qd + rr;
+                                float acc = 0.f;
+    #pragma unroll
+                                for (int jq = 0; jq <= r / 4; ++jq) {
+                                    const float4 t = tw[r * (L::LW / 4) + jq];
+                                    acc = fmaf(t.x, kg[4 * jq], acc);
+                                    acc = fmaf(t.y, kg[4 * jq + 1], acc);
+                                    acc = fmaf(t.z, kg[4 * jq + 2], acc);
+                                    acc = fmaf(t.w, kg[4 * jq + 3], acc);
+                                }
+                                mw[rr] = -acc;
+                            }
+                        }
     #pragma unroll
                         for (int w = 0; w < 4; ++w) {
                             const int u = 8 * qd + 2 * w;
-                            const float k0 = kda_widen1<BF>(xk[u]) * e1[u], k1 = kda_widen1<BF>(xk[u + 1]) * e1[u + 1];
+                            float k0 = kda_widen1<BF>(xk[u]) * e1[u], k1 = kda_widen1<BF>(xk[u + 1]) * e1[u + 1];
+                            if constexpr (L::WY) { k0 = mw[2 * w]; k1 = mw[2 * w + 1]; }
                             const float q0 = scale * kda_widen1<BF>(xq[u]) * e1[u];
                             const float q1 = scale * kda_widen1<BF>(xq[u + 1]) * e1[u + 1];
                             if constexpr (L::ONE) { kh[w] = pack_bf16x2(k0, k1); qh[w] = pack_bf16x2(q0, q1); }
@@ -513,10 +551,27 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
         else cp_async_wait<0>();
     };
+    // 25 (WY): chunk m's (beta v)^T into the X^T tile ([BV][32 tokens hi | lo]), P1's B for U = T beta v; beta_m: token i's
+    auto write_bv = [&](int m, float beta_m) {
+        const TIn* sv = reinterpret_cast<const TIn*>(slot(m) + L::TA_BYTES);
+        float bv[BV / 4];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            const float2 vv = kda_ld2<BF>(sv + kda_slot_sw<SLOT == 2 ? BV * (int)sizeof(TIn) : 0>(
+                                                   i * LV + 8 * j + 2 * t4, (int)sizeof(TIn)) / (int)sizeof(TIn));
+            bv[2 * j] = beta_m * vv.x;
+            bv[2 * j + 1] = beta_m * vv.y;
+        }
+        write_tok_t(sx_a, bv);
+    };
     copy_slot(0);
     wait_slot(0);
     load_beta(0);
-    named_bar_sync(BAR_CONS, 128);   // S^T and slot 0 complete
+    if constexpr (L::WY) {   // 25: chunk 0's (beta v)^T tile for its P1
+        write_bv(0, kda_widen1<BF>(rbeta));
+        fence_proxy_async();
+    }
+    named_bar_sync(BAR_CONS, 128);   // S^T and slot 0 complete (25: and chunk 0's (beta v)^T)
 
     // P1's A fragments: rows g8 = Kbg of token i, g8 + 8 = Qg of token i; k step s = channels 16s ..
     unsigned ah[KS][4], al[KS][4];
@@ -837,6 +892,60 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
 #else
         const float beta_i = kda_widen1<BF>(rbeta);
 #endif
+        if constexpr (L::WY) {
+            // ============================================ 25: the WY form's chain, P1 then P4
+            // P1: [V'; Ob] = [-W; Qg] S + [T; 0] (beta v): WG_E's tile holds -W = -T Kbg in Kg's rows, and the U part takes
+            // T's rows of this chunk's slot (A2's rows, Aqk here, zeroed) and the (beta v)^T tile made a chunk ago
+            unsigned ta[2][2][4], tu[2][2][4];   // [hi/lo][k step][a0..a3]: [T; Aqk] (o's product), [T; 0] (U)
+            load_ta(n, ta);
+#pragma unroll
+            for (int hl = 0; hl < 2; ++hl)
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+                    tu[hl][s][0] = ta[hl][s][0]; tu[hl][s][1] = 0u; tu[hl][s][2] = ta[hl][s][2]; tu[hl][s][3] = 0u;
+                }
+            float p1[BV / 2];
+            wgmma_fence();
+            issue_p1(p1, n);
+            issue_p2(p1, tu, true, sx_a);
+            wgmma_commit();
+            load_kd(n);   // P4's A fragments while P1 runs
+            wgmma_wait<0>();
+            fence_regs(p1);
+            float vp[BV / 4], ob[BV / 4];
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+                vp[2 * j] = p1[4 * j]; vp[2 * j + 1] = p1[4 * j + 1];
+                ob[2 * j] = p1[4 * j + 2]; ob[2 * j + 1] = p1[4 * j + 3];
+            }
+            write_tok_t(svp_a, vp);
+            fence_proxy_async();
+            named_bar_sync(BAR_CONS, 128);   // V'^T complete
+            // P4: S = 2^G_L S + Kd^T V', then o's product Aqk V' (rows g8 + 8 of [T; Aqk] V') behind it, off the chain
+            wgmma_fence();
+            issue_p4(n);
+            wgmma_commit();
+            float p2[BV / 2];
+            issue_p2(p2, ta, false, svp_a);
+            wgmma_commit();
+            if (n + 1 < NC) {   // while they run: the next chunk's buffer, slot and (beta v)^T (P1 has read the tile)
+                full_wait(n + 1);
+                if constexpr (LDA) build(n + 1);   // probe KDA_P1_LDA: P1's A fragments from the tile
+                wait_slot(n + 1);
+                write_bv(n + 1, kda_widen1<BF>(rbeta));   // rbeta: chunk n + 1's (load_beta above)
+            }
+            wgmma_wait<1>();   // P4
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
+            if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
+            if (n + 1 < NC) write_st();
+            fence_proxy_async();
+            wgmma_wait<0>();   // o's product (it read V'^T: the barrier below orders that before the next chunk's store)
+            fence_regs(p2);
+            o_vp(t0, ob, p2, vp);
+            if (n + 1 < NC) named_bar_sync(BAR_CONS, 128);   // S^T and (beta v)^T complete, slot n + 1 landed
+            continue;
+        }
         // ------------------------------------------------ P1: [Kbg S; Ob] = [Kbg; Qg] S
         float p1[BV / 2];
         wgmma_fence();

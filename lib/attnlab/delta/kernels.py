@@ -22,7 +22,9 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   layout; sm_90a), → ``20`` (``"wide"``: 19 with two element-wise warpgroups; sm_90a), → ``23`` (``"hilo"``: 19's
   element-wise warpgroup with 16's chain turned around at 32 value columns, each column's hi and lo terms a pair of
   accumulator rows; fp32 inputs only; sm_90a), → ``24`` (``"kdreg"``: 19 with P4's A operand, Kd^T, loaded into
-  registers while P2 runs; sm_90a), → ``12`` (``"regs"``),
+  registers while P2 runs; sm_90a), → ``25`` (``"wy"``: 24 in the WY form, W = T Kbg made by the element-wise
+  warpgroup and U = T beta v added in P1, so no P2 on the chain; 07 hands over Aqk; fp32 inputs at K = 128 only;
+  sm_90a), → ``12`` (``"regs"``),
   or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
   term each on bf16 inputs, hi and lo words on fp32, a workspace of about the inputs' q, k and g) → ``22`` (19's
   chain on them, no element-wise warpgroup; sm_90a),
@@ -87,7 +89,16 @@ BF16_ONLY_IMPLS = tuple(BF16_ONLY_WHY)
 FP32_ONLY_WHY = {
     "hilo": ("23, a value column's hi and lo terms as a pair of accumulator rows", "bf16 inputs' one-term products "
              "would leave every lo row zero, half of each wgmma", "impl='pre'"),
+    "wy": ("25, the WY form's chain", "its element-wise warpgroup is built for fp32 inputs' hi / lo tiles (no bf16 "
+           "form yet)", "impl='kdreg'"),
 }
+#: impls built for one key head size only, and the impl to use otherwise (the launcher's one-line error)
+K_ONLY = {"wy": (128, "25 makes W with one element-wise thread a channel, every token of the chunk", "impl='kdreg'")}
+
+
+def runs_at_k(impl: str, K: int) -> bool:
+    """Whether ``impl`` runs at key head size K (:data:`K_ONLY`: 25 at 128 only)."""
+    return impl not in K_ONLY or K == K_ONLY[impl][0]
 FP32_ONLY_IMPLS = tuple(FP32_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
@@ -196,12 +207,18 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "twelve wgmmas (fp32 inputs; four on bf16) read only V'^T from shared memory, the same products in "
                 "the same order (bit for bit 19's results); and 07 on fp32 inputs in its aliased layout, four "
                 "blocks per SM"),
+    DeltaKernel("25", "delta/25_chunk_state_wy.cu", "kda_chunk_state_wy", "tc",
+                "recurrence on warpgroup MMAs in the WY form, two products a chunk on the chain (sm_90a)", 90,
+                "24 with W = T Kbg made off the chain by the element-wise warpgroup (fp32 FMAs, T with beta folded "
+                "in, from 07's words) into P1's A tile, and U = T beta v added in P1 from a (beta v)^T tile: P1 "
+                "gives V' itself, no X^T tile, barrier or P2 before P4; o's product (07's Aqk times V') behind P4 "
+                "(fp32 inputs, K = 128)"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
  WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
- WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC) = (
+ WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -726,6 +743,15 @@ def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
     return mc_smem_words(K, V, BV, C, bf16) - 2 * (opb(2 * C * (K + 8) * 4) - opb((1 if bf16 else 2) * K * 128)) // 4
 
 
+def wy_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_wy`` (25) in words: 24's (19's, :func:`tile_smem_words`) plus the
+    staging tile's T hi / lo words (2 x C x C/2 words) and WG_E's two fp32 T' buffers ([C][C + 4] each;
+    ``KdaWgLayout``'s WY)."""
+    if bf16:
+        raise ValueError("25 (impl='wy') runs on fp32 inputs only")
+    return tile_smem_words(K, V, BV, C) + 2 * C * (C // 2) + 2 * C * (C + 4)
+
+
 def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
     """Dynamic shared memory of ``kda_chunk_state_wide`` (20) in words: 19's (:func:`tile_smem_words`), WG_E's
     part products ([256 / K parts][K] floats: two at K = 128, four at K = 64) in ``KdaWgLayout``'s TOT_BYTES,
@@ -942,6 +968,7 @@ STATE_IMPLS = {
     "pre": (PRE_SRC, "kda_chunk_state_pre", PRE_THREADS, pre_smem_words),
     "hilo": (HILO_SRC, "kda_chunk_state_hilo", WGMMA_THREADS, hilo_smem_words),
     "kdreg": (KDREG_SRC, "kda_chunk_state_kdreg", WGMMA_THREADS, tile_smem_words),   # 24: 19's layout
+    "wy": (WY_SRC, "kda_chunk_state_wy", WGMMA_THREADS, wy_smem_words),   # 25: 24's, plus T's words and T' buffers
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -977,7 +1004,8 @@ TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" wi
              "tile",                                     # 19: 15 / 17 with P1's A from WG_E's shared-memory tile
              "wide",                                     # 20: 19 with two element-wise warpgroups
              "hilo",                                     # 23: 19 with the chain turned around in registers
-             "kdreg")                                    # 24: 19 with P4's A from registers
+             "kdreg",                                    # 24: 19 with P4's A from registers
+             "wy")                                       # 25: 24 in the WY form (07 hands over Aqk, not A2)
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -991,7 +1019,7 @@ PRE_IMPLS = ("pre",)
 MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC): the y axis
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
               **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
-PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *TMA_IMPLS, *WGRS_IMPLS)
+PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *(i for i in TMA_IMPLS if i != "wy"), *WGRS_IMPLS)
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
 CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
@@ -1059,6 +1087,10 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
                          f"{CLUSTER_MIN_CC / 10:.1f}, this GPU has {int(device.compute_capability) / 10:.1f}; "
                          "use impl='lean'")
+    if impl in K_ONLY and K != K_ONLY[impl][0]:
+        only, why, instead = K_ONLY[impl]
+        raise ValueError(f"impl={impl!r} (kernel {state_step(impl)}) runs K = {only} only ({why}), got K={K}; "
+                         f"pass {instead}")
     if impl in FIXED_BV:   # 16, 23: the block's value columns fill the chain's 64 accumulator rows
         if bv not in (None, FIXED_BV[impl]):
             raise ValueError(f"impl={impl!r} (kernel {state_step(impl)}) runs {FIXED_BV[impl]} value columns per block, "
@@ -1187,6 +1219,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function in ("kda_chunk_state_tile", "kda_chunk_state_kdreg"):   # (K, V, C, BV, BF): 24 in 19's layout
         return 4 * tile_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
+    if function == "kda_chunk_state_wy":   # (K, V, C, BV)
+        return 4 * wy_smem_words(args[0], args[1], args[3], args[2])
     if function == "kda_chunk_state_wide":   # (K, V, C, BV, BF)
         return 4 * wide_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_pre":   # (K, V, C, BV, BF)
@@ -1271,6 +1305,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                         continue
                     if impl in FIXED_BV and bv != FIXED_BV[impl]:
                         continue
+                    if impl in K_ONLY and K != K_ONLY[impl][0]:
+                        continue
                     src, fn = STATE_IMPLS[impl][:2]
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                 + state_extra_args(impl, V, bv)))
@@ -1287,6 +1323,7 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     the architecture-specific sm_90a (only sm_90 parts run it), every other kernel for ``arch``."""
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                     "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
-                    "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo", "kda_chunk_state_kdreg"):
+                    "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo", "kda_chunk_state_kdreg",
+                    "kda_chunk_state_wy"):
         return WGMMA_ARCH
     return arch

@@ -1,0 +1,37 @@
+// 25 — chunked KDA: 24's recurrence in the WY form: W = T Kbg is made off the chain, so each chunk's chain is two
+// products, P1 and P4, with no P2 between them.
+//
+// What changed from 24, and why. 24's chain runs three products a chunk, each waiting for the one before:
+//   P1: [X; Ob] = [beta v; 0] - [Kbg; Qg] S,   P2: [V'; A2 X] = [T; A2] X,   P4: S = 2^G_L S + Kd^T V'.
+// Notebook 13's clock stamps of 24 put X^T's store and barrier and P2 at about a sixth of its chunk. In the WY form
+// (lib/attnlab/delta/chunk.py, fla's w and u) V' = U - W S with W = T Kbg and U = T beta v, neither of which depends
+// on the state, so T leaves the chain:
+//   P1: [V'; Ob] = [-W; Qg] S + [T; 0] (beta v),   P4: S = 2^G_L S + Kd^T V',   o = Ob + Aqk V' (behind P4).
+//  * WG_E makes -W in place of Kg in P1's A tile ([Kg; Qg]^T, 19's MN-major layout): its thread holds one channel of
+//    Kg = k 2^G over the chunk's 32 tokens, and W's column is T' Kg with T' = T diag(beta), which the warpgroup builds
+//    in fp32 from 07's T hi / lo words (landed with the chunk's g, k, q by one more bulk copy) and each token's beta:
+//    a triangular 32 x 32 product per thread in FMAs (T' read as broadcast float4s). The hi / lo split of -W is 19's.
+//  * WG_C adds U in P1 itself: the same accumulators take [T; 0] (beta v) after [-W; Qg] S, T's rows of the slot's
+//    fragments as P2 had them (the other rows zeroed), and a (beta v)^T tile in X^T's place, written a chunk ahead
+//    while P4 runs. P1's rows g8 are then V' itself: its hi / lo split goes to the V'^T tile, and one barrier later P4
+//    and o's product (the slot's Aqk rows times V'^T) are issued together; o is stored when the latter completes.
+//  * 07 hands over Aqk, not A2 = Aqk T (o = Qg S + Aqk V').
+// The products keep 24's three terms (3xBF16); W is an fp32 FMA sum, so the results are not 24's bit for bit but are
+// held to the float64 reference as 24's are (tests/test_emu_delta_tc.py). fp32 inputs at K = 128 only (one WG_E thread
+// a channel); the launcher refuses the others with a one-line error.
+// Launch: 24's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output), with 07 in its
+// Aqk form; shared memory kernels.wy_smem_words (24's, plus the T words in the staging tile and WG_E's two T'
+// buffers). Requires sm_90a.
+#include "14_chunk_state_multicast.cu"
+
+template <int K, int V, int C, int BV>
+__global__ void __launch_bounds__(256, 1)
+kda_chunk_state_wy(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                   const float* __restrict__ g, const float* __restrict__ beta, const unsigned* __restrict__ TA,
+                   const float* __restrict__ h0, float* __restrict__ o, float* __restrict__ ht, int T, int H, float scale,
+                   const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk, const __grid_constant__ TmaMap tq,
+                   const __grid_constant__ TmaMap tv, const __grid_constant__ TmaMap tta) {   // fp32 inputs only
+    KDA_TMA_MAPS;
+    kda_mc_body<K, V, C, BV, false, 1, 2, true, 2, true, false, false, true, 128, false, false, true, true>(
+        q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps);
+}
