@@ -65,7 +65,7 @@ def delta_plan(impls_only=None) -> list[dict]:
     impls = [("fused", "06")] + [(impl, ("21 " if impl in dk.PRE_IMPLS else "07 ") + step_of[src])
                                  for impl, (src, _, _, _) in dk.STATE_IMPLS.items()]
     out += [dict(launcher="tc", impl=impl, K=K, steps=steps) for impl, steps in impls for K in (64, 128)
-            if impl not in dk.BF16_ONLY_IMPLS and K == dk.K_ONLY.get(impl, (K,))[0]]   # 25: K = 128 only
+            if impl not in dk.BF16_ONLY_IMPLS]
     out += [dict(launcher="tc", impl=impl, K=K, steps=steps, io="bf16")
             for impl, steps in impls if impl in dk.BF16_IMPLS for K in (64, 128)]
     if impls_only:

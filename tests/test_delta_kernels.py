@@ -392,6 +392,10 @@ def test_bf16_io_validation_runs_without_a_gpu():
     with pytest.raises(ValueError, match=r"impl='hilo' \(23, a value column's hi and lo terms as a pair of accumulator rows\) "
                                          r"runs on fp32 inputs only: .*lo row zero.*pass impl='pre' or float32 inputs"):
         dk.prepare_tc(**t, impl="hilo")
+    # 25's element-wise warpgroup makes fp32 inputs' hi / lo tiles: fp32 inputs only (for now)
+    with pytest.raises(ValueError, match=r"impl='wy' \(25, the WY form's chain\) runs on fp32 inputs only: .*pass "
+                                         r"impl='kdreg' or float32 inputs"):
+        dk.prepare_tc(**t, impl="wy")
     # all five in bf16, the initial state in float32: only the device check is left
     with pytest.raises(ValueError, match="must be on a CUDA device"):
         dk.validate_inputs(**t, initial_state=h0, io="bf16")

@@ -120,12 +120,9 @@ def test_tensor_core_kernels_match_float64(harness, tmp_path, K, V, BV, B, T, H,
     # words, products and order (a fragment of the wrong channels, tokens or hi / lo half is 1e-3 or more away)
     o24, s24 = read("kr_o", (B, T, H, V)), read("kr_ht", (B, H, K, V))
     assert np.array_equal(o24, o) and np.array_equal(s24, s), "07<A2>->24 must reproduce 19 bit for bit"
-    # 25: 24 in the WY form (K = 128 only; the harness leaves its outputs NaN at 64): the float64 bound
+    # 25: 24 in the WY form (W an fp32 FMA sum, U in P1, o's product behind P4): the float64 bound
     o, s = read("wy_o", (B, T, H, V)), read("wy_ht", (B, H, K, V))
-    if K == 128:
-        assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"07->25: errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"
-    else:
-        assert np.isnan(o).all() and np.isnan(s).all()
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"07->25: errors {rel(o, ref_o):.2e}, {rel(s, ref_s):.2e}"
     # 20 is 19 with each channel's running products split over two threads (four at K = 64) and joined:
     # the float64 recurrence's bound, and 19's values to the rounding of those products' order
     o, s = read("wd_o", (B, T, H, V)), read("wd_ht", (B, H, K, V))
@@ -332,7 +329,7 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
     d = {n: cp.asarray(a) for n, a in x.items()}
     # fp32 inputs: not the bf16-only impls (14's TMA form gets its tensor maps from fake_device's stand-in
     # for the driver's encoder, built from the same plan as the real ones)
-    for impl in [i for i in dk.SUPPORTED_TC_IMPL if i not in dk.BF16_ONLY_IMPLS and dk.runs_at_k(i, 64)]:
+    for impl in [i for i in dk.SUPPORTED_TC_IMPL if i not in dk.BF16_ONLY_IMPLS]:
         plan = dk.prepare_tc(**d, output_final_state=True, impl=impl)
         plan.poison()
         o, s = plan.run()
@@ -352,8 +349,7 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
     assert s is None and rel(o, ref_o) < TOL
 
     checks = fast.check_correctness([dict(B=1, T=33, H=2, K=64, V=64, gate="const", init=True)], seed=1)
-    assert len(checks) == sum(1 if i in dk.FIXED_BV else 2 for _, i, _ in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS
-                              if dk.runs_at_k(i, 64))   # 25: K = 128 only, not checked at this K = 64 case
+    assert len(checks) == sum(1 if i in dk.FIXED_BV else 2 for _, i, _ in fast.TC_IMPLS + fast.FP32_IMAGE_IMPLS)
     assert checks["passed"].all() and set(checks["implementation"]) >= {fast.FP32_IMAGES}
     assert checks["matches_07_08"].dropna().astype(bool).all()
     assert checks["matches_07_08"].notna().sum() == 2 * len(fast.SAME_AS_08)   # both value-block widths
@@ -368,22 +364,24 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
     assert fast.FP32_IMAGES in set(ours["implementation"]) and (ours[["rel_err_o", "rel_err_state"]] < TOL).all().all()
 
 
-@pytest.mark.parametrize("T, gate, init, bv", [(70, "mixed", True, 32), (1, "logsigmoid", False, 32),
-                                                (33, "strong", True, 16), (64, "const", True, 32)],
-                         ids=["T70-mixed-h0", "T1", "T33-strong-h0-bv16", "T64-const-h0"])
-def test_wy_kernel_matches_float64(fake_cupy, T, gate, init, bv):
+@pytest.mark.parametrize("T, gate, init, bv, K", [(70, "mixed", True, 32, 128), (1, "logsigmoid", False, 32, 128),
+                                                   (33, "strong", True, 16, 128), (64, "const", True, 32, 128),
+                                                   (70, "mixed", True, 16, 64), (17, "logsigmoid", False, 32, 64)],
+                         ids=["T70-mixed-h0", "T1", "T33-strong-h0-bv16", "T64-const-h0", "K64-T70-mixed-h0-bv16",
+                              "K64-T17"])
+def test_wy_kernel_matches_float64(fake_cupy, T, gate, init, bv, K):
     """25 (impl "wy": 24 in the WY form, W = T Kbg made by the element-wise warpgroup, U = T beta v added in P1, 07
-    handing over Aqk) against the float64 recurrence at K = V = 128 through the launcher on the CPU model: outputs
+    handing over Aqk) against the float64 recurrence at K = V = 128 and 64 through the launcher on the CPU model: outputs
     poisoned first, chunk tails, one token, strong and constant decays, an initial state; and beside 24 (its products
     are 24's but for W, an fp32 FMA sum: close to 24's results, not equal)."""
     from attnlab.delta import kernels as dk
 
     cp = fake_cupy
-    x = random_inputs(1, T, 2, 128, 128, seed=40 + T, gate=gate, initial_state=init)
+    x = random_inputs(1, T, 2, K, K, seed=40 + T, gate=gate, initial_state=init)
     d = {n: cp.asarray(a) for n, a in x.items()}
     ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
     plan = dk.prepare_tc(**d, output_final_state=True, impl="wy", bv=bv)
-    assert plan.launch_configs()["state"]["smem"] == 4 * dk.wy_smem_words(128, 128, bv)
+    assert plan.launch_configs()["state"]["smem"] == 4 * dk.wy_smem_words(K, K, bv)
     plan.poison()
     o, s = (a.get() for a in plan.run())
     assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"25: o {rel(o, ref_o):.2e}, state {rel(s, ref_s):.2e}"
@@ -391,16 +389,15 @@ def test_wy_kernel_matches_float64(fake_cupy, T, gate, init, bv):
     assert rel(o, o24) < TOL and rel(s, s24) < TOL
 
 
-def test_wy_kernel_refuses_what_it_does_not_run(fake_cupy):
-    """25 runs fp32 inputs at K = 128: K = 64 and bf16 inputs get a one-line error naming the impl to use."""
+def test_wy_kernel_layout_and_launch_tables():
+    """25 runs fp32 inputs only (tests/test_delta_kernels.py: bf16 inputs' one-line error), with 07 in its Aqk form, and
+    its layout fits a block (24's plus T's words, WG_E's T' buffers and, at K = 64, the channels' Kg)."""
     from attnlab.delta import kernels as dk
 
-    cp = fake_cupy
-    x = random_inputs(1, 8, 1, 64, 64, seed=1)
-    with pytest.raises(ValueError, match=r"impl='wy' \(kernel 25\) runs K = 128 only .*got K=64; pass impl='kdreg'"):
-        dk.prepare_tc(**{n: cp.asarray(a) for n, a in x.items()}, impl="wy")
     assert "wy" in dk.FP32_ONLY_IMPLS and "wy" not in dk.BF16_IMPLS and "wy" not in dk.PREP_A2_IMPLS
-    assert dk.state_smem_bytes("wy", 128, 128, 32) <= 227 * 1024   # a block's dynamic shared memory at most
+    for K in (64, 128):
+        assert dk.state_smem_bytes("wy", K, K, 32) <= 227 * 1024   # a block's dynamic shared memory at most
+        assert dk.wy_smem_words(K, K, 32) - dk.tile_smem_words(K, K, 32) == 2 * 32 * 16 + 2 * 32 * 36 + (K * 32 if K == 64 else 0)
 
 
 def test_probe_delta_wy_script_under_cpu_emulation(fake_cupy, monkeypatch, tmp_path, capsys):

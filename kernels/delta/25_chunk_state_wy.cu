@@ -17,11 +17,11 @@
 //    and o's product (the slot's Aqk rows times V'^T) are issued together; o is stored when the latter completes.
 //  * 07 hands over Aqk, not A2 = Aqk T (o = Qg S + Aqk V').
 // The products keep 24's three terms (3xBF16); W is an fp32 FMA sum, so the results are not 24's bit for bit but are
-// held to the float64 reference as 24's are (tests/test_emu_delta_tc.py). fp32 inputs at K = 128 only (one WG_E thread
-// a channel); the launcher refuses the others with a one-line error.
+// held to the float64 reference as 24's are (tests/test_emu_delta_tc.py). At K = 64 two WG_E threads share a channel
+// (16 tokens each, as in 24): each stores its Kg and reads the channel's 32 back for its rows of W. fp32 inputs only.
 // Launch: 24's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output), with 07 in its
-// Aqk form; shared memory kernels.wy_smem_words (24's, plus the T words in the staging tile and WG_E's two T'
-// buffers). Requires sm_90a.
+// Aqk form; shared memory kernels.wy_smem_words (24's, plus the T words in the staging tile, WG_E's two T' buffers
+// and, at K = 64, the channels' Kg). Requires sm_90a.
 #include "14_chunk_state_multicast.cu"
 
 template <int K, int V, int C, int BV>

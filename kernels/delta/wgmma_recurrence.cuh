@@ -56,8 +56,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(!P4R || (SMA && !PRE && !HILO && NE_ == 128), "24: 19's loop (one element-wise warpgroup) with P4's A "
                                                                "from registers");
     static constexpr bool WY = WY_;                     // 25: W made by WG_E, P1 then P4
-    static_assert(!WY || (P4R && DIET_ && !ONE && K == 128 && NE_ == 128),
-                  "25: 24's loop (P4's A from registers) on fp32 inputs at K = 128, one thread a channel");
+    static_assert(!WY || (P4R && DIET_ && !ONE && NE_ == 128),
+                  "25: 24's loop (P4's A from registers) on fp32 inputs, one element-wise warpgroup");
     // byte offsets from the 1024-aligned base
     static constexpr int ST_BYTES = HILO ? 0 : K * BV * 2;   // one S^T tile (hi or lo): K/64 chunks of BV rows
     static constexpr int OFF_STH = 0;
@@ -92,7 +92,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int LW = C + 4;                            // 25: floats per row of WG_E's T (beta folded in)
     static constexpr int OFF_WT = OFF_STG + NST * STG_BYTES;    // 25: two of them, [C][LW] fp32 (chunks n & 1)
     static constexpr int WT_BYTES = WY ? 2 * C * LW * 4 : 0;
-    static constexpr int OFF_MBAR = OFF_WT + WT_BYTES;          // NMBAR mbarriers (14: the staging tile's)
+    static constexpr int OFF_XK = OFF_WT + WT_BYTES;            // 25 at K = 64 (two threads a channel): every token's
+    static constexpr int XK_BYTES = (WY && TPC == 2) ? K * C * 4 : 0;   // Kg of each channel, [K][C] fp32
+    static constexpr int OFF_MBAR = OFF_XK + XK_BYTES;          // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int IMG_BYTES = KD_BYTES + KQ_BYTES + K * 4;   // 22: one chunk's image (ops_image.cuh)
     static_assert(!PRE || (NMBAR >= 6 && NST == 0 && IMG_BYTES == kda_ops_image_bytes(K, !ONE)),
@@ -313,12 +315,26 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     // 25 (WY): the tile's Kg rows hold -W = -T' Kg instead, W_r = sum_{j <= r} T'_rj Kg_j of this thread's
                     // channel, with T' = T diag(beta) as kda_mc_body left it in WG_E's buffer n & 1 (T is lower
                     // triangular: the quads past the diagonal add zeros); made 8 rows at a time, where they are stored
-                    float kg[L::WY ? TPT : 1];
+                    // At K = 64 two threads share a channel (16 tokens each): both store their Kg, and each reads the
+                    // channel's 32 back after WG_E's barrier (the next chunk's stores come after its staging barrier)
+                    float kg[L::WY ? L::C : 1];
                     const float4* tw = reinterpret_cast<const float4*>(sm + L::OFF_WT + (n & 1) * (L::C * L::LW * 4));
                     if constexpr (L::WY) {
-                        static_assert(TPT == L::C, "25: one thread a channel, every token of the chunk");
+                        static_assert(TPT * L::TPC == L::C && L::TPC <= 2, "25: one or two threads a channel");
     #pragma unroll
                         for (int u = 0; u < TPT; ++u) kg[u] = kda_widen1<BF>(xk[u]) * e1[u];
+                        if constexpr (L::TPC == 2) {
+                            float* const xkg = reinterpret_cast<float*>(sm + L::OFF_XK) + c * L::C;
+    #pragma unroll
+                            for (int u = 0; u < TPT; u += 4)
+                                *reinterpret_cast<float4*>(xkg + tok0 + u) = make_float4(kg[u], kg[u + 1], kg[u + 2], kg[u + 3]);
+                            named_bar_sync(BAR_PROD, L::NE);
+    #pragma unroll
+                            for (int u = 0; u < L::C; u += 4) {
+                                const float4 t = *reinterpret_cast<const float4*>(xkg + u);
+                                kg[u] = t.x; kg[u + 1] = t.y; kg[u + 2] = t.z; kg[u + 3] = t.w;
+                            }
+                        }
                     }
                     (void)tw;
                     unsigned char* kq = sm + cx.kq_of(n) + (c / 8) * 1024 + (c % 8) * 128;
@@ -329,11 +345,11 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                         if constexpr (L::WY) {
     #pragma unroll
                             for (int rr = 0; rr < 8; ++rr) {
-                                const int r = 8 * qd + rr;
+                                const int r = 8 * qd + rr;   // (TPC = 2: row tok0 + r, every quad; zeros past the diagonal)
                                 float acc = 0.f;
     #pragma unroll
-                                for (int jq = 0; jq <= r / 4; ++jq) {
-                                    const float4 t = tw[r * (L::LW / 4) + jq];
+                                for (int jq = 0; jq <= (L::TPC == 1 ? r / 4 : L::C / 4 - 1); ++jq) {
+                                    const float4 t = tw[(tok0 + r) * (L::LW / 4) + jq];
                                     acc = fmaf(t.x, kg[4 * jq], acc);
                                     acc = fmaf(t.y, kg[4 * jq + 1], acc);
                                     acc = fmaf(t.z, kg[4 * jq + 2], acc);

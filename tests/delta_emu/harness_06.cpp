@@ -13,7 +13,7 @@
 // of a head's value blocks, and of pairs of them: with fewer than four, m2 repeats mc; m1_o, m1_ht:
 // 14 with no cluster, plain bulk copies; mt_o, mt_ht: WG_C's copies as bulk copies too; tm_o, tm_ht:
 // 14's TMA form, three tensor copies a chunk; t2_o, t2_ht: and WG_C's copies as one bulk and one
-// tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), kr_o, kr_ht (07<A2> then 24), wy_o, wy_ht (07 then 25, K = 128 only: NaN at 64), hl_o, hl_ht (07<A2> then 23), wd_o, wd_ht (07<A2> then 20), bf_o, bf_ht,
+// tensor copy; t3_o, t3_ht: and three Kd^T buffers), dt_o, dt_ht (07<A2> then 15), tl_o, tl_ht (07<A2> then 19), kr_o, kr_ht (07<A2> then 24), wy_o, wy_ht (07 then 25), hl_o, hl_ht (07<A2> then 23), wd_o, wd_ht (07<A2> then 20), bf_o, bf_ht,
 // rb_o, rb_ht, wb_o, wb_ht, w2_o, w2_ht, mb_o, mb_ht, m1b_o, m1b_ht, mtb_o, mtb_ht, tmb_o, tmb_ht, t2b_o, t2b_ht, t3b_o, t3b_ht, dtb_o, dtb_ht, sgb_o, sgb_ht (17: bf16 inputs only), ahb_o, ahb_ht (18: bf16 inputs only) tlb_o, tlb_ht (19), krb_o, krb_ht (24), wdb_o, wdb_ht (20) and prb_o, prb_ht (21 then 22) (07 then 10, 07 then 12,
 // 07<A2> then 13, 13 with two staging tiles, and 07<A2> then 14 on a cluster and alone, with bf16
 // inputs and output: the inputs rounded to bf16 here) there.
@@ -295,7 +295,6 @@ int main(int argc, char** argv) {
     // 25: 24 in the WY form (W by WG_E, U in P1, no P2), on 07's Aqk words (ta, not ta2)
     std::fill(o9.begin(), o9.end(), nan);
     std::fill(ht10.begin(), ht10.end(), nan);
-#if EMU_K == 128
     {
         using LY = KdaWgLayout<K, V, C, BV, false, 4, 1, true, 2, true, false, false, true, 128, false, false, true, true>;
         const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
@@ -305,7 +304,6 @@ int main(int argc, char** argv) {
                                             mg, mk, mq, mv, tamap(ta.data()));
         });
     }
-#endif
     write_f32(dir + "/wy_o", o9);
     write_f32(dir + "/wy_ht", ht10);
     // 23: 19's WG_E and copies, the chain turned around in registers (value columns' hi / lo terms as row pairs)

@@ -177,8 +177,6 @@ def check_correctness(cases: Iterable[dict], seed: int = 0) -> pd.DataFrame:
             for label, impl, _ in impls:
                 if impl in dk.FIXED_BV and bv != dk.SUPPORTED_BV[0]:
                     continue   # 16 (64 value columns) and 23 (32) run one width: checked once per case
-                if not dk.runs_at_k(impl, c["K"]):
-                    continue   # 25: K = 128 only
                 plan = dk.prepare_tc(**d, output_final_state=True, bv=None if impl in dk.FIXED_BV else bv,
                                      check_gate=False, impl=impl)
                 plan.poison()
@@ -213,8 +211,6 @@ def target_accuracy(B: int, H: int, K: int, V: int, T: int, seed: int = 0, with_
                          rel_err_state=rel_error(s, ref_s) if s is not None else np.nan))
 
     for label, impl, _ in tc_impls() + fp32_image_impls():
-        if not dk.runs_at_k(impl, K):
-            continue   # 25: K = 128 only
         plan = dk.prepare_tc(**d, output_final_state=True, impl=impl)
         plan.poison()
         add(label, "fp32", *plan.run())
@@ -281,8 +277,6 @@ def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s
     for T in T_list:
         _, d = device_inputs(B, T, H, K, V, seed=seed + T)
         for label, impl, steps in tc_impls():
-            if not dk.runs_at_k(impl, K):
-                continue   # 25: K = 128 only
             p = dk.prepare_tc(**d, check_gate=False, impl=impl)
             rows.append(_timed(p.run, budget_s, implementation=label, dtype="fp32", T=T, config=f"C=32 BV={p.bv}",
                                stage="all"))

@@ -23,8 +23,7 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   element-wise warpgroup with 16's chain turned around at 32 value columns, each column's hi and lo terms a pair of
   accumulator rows; fp32 inputs only; sm_90a), → ``24`` (``"kdreg"``: 19 with P4's A operand, Kd^T, loaded into
   registers while P2 runs; sm_90a), → ``25`` (``"wy"``: 24 in the WY form, W = T Kbg made by the element-wise
-  warpgroup and U = T beta v added in P1, so no P2 on the chain; 07 hands over Aqk; fp32 inputs at K = 128 only;
-  sm_90a), → ``12`` (``"regs"``),
+  warpgroup and U = T beta v added in P1, so no P2 on the chain; 07 hands over Aqk; fp32 inputs only; sm_90a), → ``12`` (``"regs"``),
   or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
   term each on bf16 inputs, hi and lo words on fp32, a workspace of about the inputs' q, k and g) → ``22`` (19's
   chain on them, no element-wise warpgroup; sm_90a),
@@ -92,13 +91,7 @@ FP32_ONLY_WHY = {
     "wy": ("25, the WY form's chain", "its element-wise warpgroup is built for fp32 inputs' hi / lo tiles (no bf16 "
            "form yet)", "impl='kdreg'"),
 }
-#: impls built for one key head size only, and the impl to use otherwise (the launcher's one-line error)
-K_ONLY = {"wy": (128, "25 makes W with one element-wise thread a channel, every token of the chunk", "impl='kdreg'")}
 
-
-def runs_at_k(impl: str, K: int) -> bool:
-    """Whether ``impl`` runs at key head size K (:data:`K_ONLY`: 25 at 128 only)."""
-    return impl not in K_ONLY or K == K_ONLY[impl][0]
 FP32_ONLY_IMPLS = tuple(FP32_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
@@ -212,7 +205,7 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "24 with W = T Kbg made off the chain by the element-wise warpgroup (fp32 FMAs, T with beta folded "
                 "in, from 07's words) into P1's A tile, and U = T beta v added in P1 from a (beta v)^T tile: P1 "
                 "gives V' itself, no X^T tile, barrier or P2 before P4; o's product (07's Aqk times V') behind P4 "
-                "(fp32 inputs, K = 128)"),
+                "(fp32 inputs)"),
 )
 
 
@@ -745,11 +738,11 @@ def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
 
 def wy_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
     """Dynamic shared memory of ``kda_chunk_state_wy`` (25) in words: 24's (19's, :func:`tile_smem_words`) plus the
-    staging tile's T hi / lo words (2 x C x C/2 words) and WG_E's two fp32 T' buffers ([C][C + 4] each;
-    ``KdaWgLayout``'s WY)."""
+    staging tile's T hi / lo words (2 x C x C/2 words), WG_E's two fp32 T' buffers ([C][C + 4] each) and, at K = 64
+    (two element-wise threads a channel), every channel's Kg ([K][C] fp32; ``KdaWgLayout``'s WY)."""
     if bf16:
         raise ValueError("25 (impl='wy') runs on fp32 inputs only")
-    return tile_smem_words(K, V, BV, C) + 2 * C * (C // 2) + 2 * C * (C + 4)
+    return tile_smem_words(K, V, BV, C) + 2 * C * (C // 2) + 2 * C * (C + 4) + (K * C if 128 // K == 2 else 0)   # WG_E: 128 threads
 
 
 def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
@@ -1087,10 +1080,6 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl='cluster' (kernel 11) needs thread-block clusters: compute capability >= "
                          f"{CLUSTER_MIN_CC / 10:.1f}, this GPU has {int(device.compute_capability) / 10:.1f}; "
                          "use impl='lean'")
-    if impl in K_ONLY and K != K_ONLY[impl][0]:
-        only, why, instead = K_ONLY[impl]
-        raise ValueError(f"impl={impl!r} (kernel {state_step(impl)}) runs K = {only} only ({why}), got K={K}; "
-                         f"pass {instead}")
     if impl in FIXED_BV:   # 16, 23: the block's value columns fill the chain's 64 accumulator rows
         if bv not in (None, FIXED_BV[impl]):
             raise ValueError(f"impl={impl!r} (kernel {state_step(impl)}) runs {FIXED_BV[impl]} value columns per block, "
@@ -1304,8 +1293,6 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                     if (impl in BF16_ONLY_IMPLS and not bf) or (impl in FP32_ONLY_IMPLS and bf):
                         continue
                     if impl in FIXED_BV and bv != FIXED_BV[impl]:
-                        continue
-                    if impl in K_ONLY and K != K_ONLY[impl][0]:
                         continue
                     src, fn = STATE_IMPLS[impl][:2]
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv) + ((bf,) if impl in BF16_IMPLS else ())
