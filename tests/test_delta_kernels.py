@@ -332,6 +332,18 @@ def test_wy_chain_probe_builds(function, bf):
     assert stm(probe.ptx) < stm(plain.ptx), "the probe still stores the X^T tile"
 
 
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_wy_clock_stamp_build():
+    """25's clock-stamp build (KDA_PROBE=3, notebook 13's phase table via fast.WG_STAMP_IMPLS) builds for sm_90a with no
+    spill and reads the SM clock (the CPU model has no clock: its stamps are checked on a GPU only)."""
+    from attnlab.delta import fast
+
+    (r,) = static_build(dk.WY_SRC, "kda_chunk_state_wy", [(128, 128, 32, 32)], dk.static_arch("kda_chunk_state_wy"),
+                        defines={"KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS})
+    assert max(r.spill_store_bytes, r.spill_load_bytes, r.stack_bytes) == 0 and not r.wgmma_serialized
+    assert "%clock64" in r.ptx and "wy" in fast.WG_STAMP_IMPLS
+
+
 def test_registry_lists_every_delta_kernel_file_once():
     files = sorted(p.name for p in (ROOT / "kernels" / "delta").glob("[0-9][0-9]_*.cu"))
     assert sorted(Path(k.source).name for k in dk.DELTA_KERNELS) == files

@@ -397,7 +397,7 @@ def test_wy_kernel_layout_and_launch_tables():
     assert "wy" in dk.FP32_ONLY_IMPLS and "wy" not in dk.BF16_IMPLS and "wy" not in dk.PREP_A2_IMPLS
     for K in (64, 128):
         assert dk.state_smem_bytes("wy", K, K, 32) <= 227 * 1024   # a block's dynamic shared memory at most
-        assert dk.wy_smem_words(K, K, 32) - dk.tile_smem_words(K, K, 32) == 2 * 32 * 16 + 2 * 32 * 36 + (K * 32 if K == 64 else 0)
+        assert dk.wy_smem_words(K, K, 32) - dk.tile_smem_words(K, K, 32) == 2 * 32 * 16 + 2 * 32 * 36 + (K * 36 if K == 64 else 0)
 
 
 def test_probe_delta_wy_script_under_cpu_emulation(fake_cupy, monkeypatch, tmp_path, capsys):
@@ -732,9 +732,11 @@ def test_wgmma_family_stamps_and_generated_lines():
     assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", ahead))) == list(range(5))
     hilo = (ROOT / "kernels" / "delta" / "wgmma_recurrence.cuh").read_text().split("kda_wg_chain_hilo(")[1]   # 23: WG_C 0-4
     assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", hilo))) == list(range(5))
+    wy = chain.split("if constexpr (L::WY) {\n            // ====")[1].split("continue;")[0]   # 25's loop: WG_C 1-5 (0 above)
+    assert sorted(set(int(j) for j in re.findall(r"KDA_STAMP\((\d)\);", wy))) == list(range(1, 6))
     for impl in sorted(set(fast.WG_STAMP_IMPLS) | {"bulk2", "tma", "tma2", "tma3", "diet"}):
-        # 16's chain stamps 0-4 (kernels/delta/16_chunk_state_wgrs.cu), 18's too (its AHEAD loop), 23's
-        n_stamps = 5 if impl in ("wgrs", "ahead", "hilo") else 8
+        # 16's chain stamps 0-4 (kernels/delta/16_chunk_state_wgrs.cu), 18's too (its AHEAD loop), 23's; 25's 0-5
+        n_stamps = 5 if impl in ("wgrs", "ahead", "hilo") else 6 if impl == "wy" else 8
         assert sorted({i for _, a, b in fast.CONSUMER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(n_stamps))
         assert sorted({i for _, a, b in fast.PRODUCER_STAMP_PHASES[impl] for i in (a, b)}) == list(range(4))
         assert fast.PRODUCER_WARPS[impl] == 4

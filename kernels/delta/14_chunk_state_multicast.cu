@@ -247,12 +247,14 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 const unsigned* tw = reinterpret_cast<const unsigned*>(cx.sm + L::OFF_STG + TILE);
                 float* wt = reinterpret_cast<float*>(cx.sm + L::OFF_WT + (n & 1) * (C * L::LW * 4));
                 const int r = e / 4, j0 = 8 * (e % 4);
+                const U4 h4 = *reinterpret_cast<const U4*>(tw + r * (C / 2) + j0 / 2);   // words j0 / 2 .. + 3
+                const U4 l4 = *reinterpret_cast<const U4*>(tw + C * (C / 2) + r * (C / 2) + j0 / 2);
+                const unsigned hw[4] = {h4.x, h4.y, h4.z, h4.w}, lw[4] = {l4.x, l4.y, l4.z, l4.w};
                 float t8[8];
 #pragma unroll
                 for (int w = 0; w < 4; ++w) {
-                    const unsigned hi = tw[r * (C / 2) + j0 / 2 + w], lo = tw[C * (C / 2) + r * (C / 2) + j0 / 2 + w];
-                    t8[2 * w] = __uint_as_float(hi << 16) + __uint_as_float(lo << 16);
-                    t8[2 * w + 1] = __uint_as_float(hi & 0xffff0000u) + __uint_as_float(lo & 0xffff0000u);
+                    t8[2 * w] = __uint_as_float(hw[w] << 16) + __uint_as_float(lw[w] << 16);
+                    t8[2 * w + 1] = __uint_as_float(hw[w] & 0xffff0000u) + __uint_as_float(lw[w] & 0xffff0000u);
                 }
 #pragma unroll
                 for (int u = 0; u < 8; ++u) t8[u] *= __shfl_sync(ATTNLAB_FULL_MASK, bl, j0 + u);   // beta of token j0 + u

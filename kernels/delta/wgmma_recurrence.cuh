@@ -93,7 +93,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int OFF_WT = OFF_STG + NST * STG_BYTES;    // 25: two of them, [C][LW] fp32 (chunks n & 1)
     static constexpr int WT_BYTES = WY ? 2 * C * LW * 4 : 0;
     static constexpr int OFF_XK = OFF_WT + WT_BYTES;            // 25 at K = 64 (two threads a channel): every token's
-    static constexpr int XK_BYTES = (WY && TPC == 2) ? K * C * 4 : 0;   // Kg of each channel, [K][C] fp32
+    static constexpr int XK_BYTES = (WY && TPC == 2) ? K * LW * 4 : 0;   // Kg of each channel, [K][LW] fp32 (padded:
+                                                                         // a warp's float4s over 32 channels spread)
     static constexpr int OFF_MBAR = OFF_XK + XK_BYTES;          // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int IMG_BYTES = KD_BYTES + KQ_BYTES + K * 4;   // 22: one chunk's image (ops_image.cuh)
@@ -324,7 +325,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
     #pragma unroll
                         for (int u = 0; u < TPT; ++u) kg[u] = kda_widen1<BF>(xk[u]) * e1[u];
                         if constexpr (L::TPC == 2) {
-                            float* const xkg = reinterpret_cast<float*>(sm + L::OFF_XK) + c * L::C;
+                            float* const xkg = reinterpret_cast<float*>(sm + L::OFF_XK) + c * L::LW;
     #pragma unroll
                             for (int u = 0; u < TPT; u += 4)
                                 *reinterpret_cast<float4*>(xkg + tok0 + u) = make_float4(kg[u], kg[u + 1], kg[u + 2], kg[u + 3]);
@@ -650,6 +651,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     constexpr bool KD_EARLY = KDA_KD_EARLY && L::P4R && L::NKD == 2;   // probe (24): buffer n & 1 free after load_kd
     constexpr bool NO_P2 = KDA_NO_P2 && L::SMA && !L::HILO && !L::AHEAD && L::NKD == 2;   // probe (19, 20, 22, 24)
     static_assert(!NO_P2 || (KDA_PROBE != 3 && !KD_EARLY), "KDA_NO_P2: no clock stamps, no early hand-back");
+    static_assert(!L::WY || !KDA_LATE_SIDE, "25's loop takes the side work where 19's does (KDA_LATE_SIDE=0)");
     unsigned kdf[P4L ? MT : 1][2][2][4];
     auto load_kd = [&](int m) {
         if constexpr (P4L) {
@@ -928,6 +930,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             load_kd(n);   // P4's A fragments while P1 runs
             wgmma_wait<0>();
             fence_regs(p1);
+            KDA_STAMP(1);
             float vp[BV / 4], ob[BV / 4];
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
@@ -937,6 +940,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             write_tok_t(svp_a, vp);
             fence_proxy_async();
             named_bar_sync(BAR_CONS, 128);   // V'^T complete
+            KDA_STAMP(2);
             // P4: S = 2^G_L S + Kd^T V', then o's product Aqk V' (rows g8 + 8 of [T; Aqk] V') behind it, off the chain
             wgmma_fence();
             issue_p4(n);
@@ -950,9 +954,11 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                 wait_slot(n + 1);
                 write_bv(n + 1, kda_widen1<BF>(rbeta));   // rbeta: chunk n + 1's (load_beta above)
             }
+            KDA_STAMP(3);
             wgmma_wait<1>();   // P4
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
+            KDA_STAMP(4);
             if (n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
             if (n + 1 < NC) write_st();
             fence_proxy_async();
@@ -960,6 +966,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             fence_regs(p2);
             o_vp(t0, ob, p2, vp);
             if (n + 1 < NC) named_bar_sync(BAR_CONS, 128);   // S^T and (beta v)^T complete, slot n + 1 landed
+            KDA_STAMP(5);
             continue;
         }
         // ------------------------------------------------ P1: [Kbg S; Ob] = [Kbg; Qg] S

@@ -510,6 +510,19 @@ PRODUCER_STAMP_PHASES["kdreg"] = PRODUCER_STAMP_PHASES["tile"]
 PRODUCER_WARPS["kdreg"] = 4
 
 
+#: 25: the WY form's loop (wgmma_recurrence.cuh's WY branch: WG_C stamps 0-5; WG_E is 19's, W made inside its arithmetic)
+CONSUMER_STAMP_PHASES["wy"] = (
+    ("next copies issued, decay, P1: [V'; Ob] = [-W; Qg] S + [T; 0] beta v, Kd^T fragments loaded", 0, 1),
+    ("V'^T stored, barrier", 1, 2),
+    ("P4 and Aqk V' issued, next hand-over (FULL), slot and (beta v)^T", 2, 3),
+    ("P4 completes", 3, 4),
+    ("S^T stored, o stored, barrier", 4, 5))
+PRODUCER_STAMP_PHASES["wy"] = (PRODUCER_STAMP_PHASES["tile"][0],
+                               ("gates, e^G; -W = -T' Kg, [-W; Qg]^T tiles, Kd^T, 2^G_L stored", 1, 2),
+                               PRODUCER_STAMP_PHASES["tile"][2])
+PRODUCER_WARPS["wy"] = 4
+
+
 #: 16: the chain turned around (kernels/delta/16_chunk_state_wgrs.cu: WG_C stamps 0-4, WG_E 0-3)
 CONSUMER_STAMP_PHASES["wgrs"] = (
     ("barrier, next copies issued, wait for FULL", 0, 1),
@@ -691,7 +704,7 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
 #: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead", "tile", "hilo", "kdreg")   # 17, 18: on bf16 inputs
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead", "tile", "hilo", "kdreg", "wy")   # 17, 18: on bf16 inputs
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:

@@ -23,7 +23,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   element-wise warpgroup with 16's chain turned around at 32 value columns, each column's hi and lo terms a pair of
   accumulator rows; fp32 inputs only; sm_90a), → ``24`` (``"kdreg"``: 19 with P4's A operand, Kd^T, loaded into
   registers while P2 runs; sm_90a), → ``25`` (``"wy"``: 24 in the WY form, W = T Kbg made by the element-wise
-  warpgroup and U = T beta v added in P1, so no P2 on the chain; 07 hands over Aqk; fp32 inputs only; sm_90a), → ``12`` (``"regs"``),
+  warpgroup and U = T beta v added in P1, so no P2 on the chain; 07 hands over Aqk; fp32 inputs only; sm_90a),
+  → ``12`` (``"regs"``),
   or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
   term each on bf16 inputs, hi and lo words on fp32, a workspace of about the inputs' q, k and g) → ``22`` (19's
   chain on them, no element-wise warpgroup; sm_90a),
@@ -91,7 +92,6 @@ FP32_ONLY_WHY = {
     "wy": ("25, the WY form's chain", "its element-wise warpgroup is built for fp32 inputs' hi / lo tiles (no bf16 "
            "form yet)", "impl='kdreg'"),
 }
-
 FP32_ONLY_IMPLS = tuple(FP32_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
@@ -739,10 +739,10 @@ def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
 def wy_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
     """Dynamic shared memory of ``kda_chunk_state_wy`` (25) in words: 24's (19's, :func:`tile_smem_words`) plus the
     staging tile's T hi / lo words (2 x C x C/2 words), WG_E's two fp32 T' buffers ([C][C + 4] each) and, at K = 64
-    (two element-wise threads a channel), every channel's Kg ([K][C] fp32; ``KdaWgLayout``'s WY)."""
+    (two element-wise threads a channel), every channel's Kg ([K][C + 4] fp32; ``KdaWgLayout``'s WY)."""
     if bf16:
         raise ValueError("25 (impl='wy') runs on fp32 inputs only")
-    return tile_smem_words(K, V, BV, C) + 2 * C * (C // 2) + 2 * C * (C + 4) + (K * C if 128 // K == 2 else 0)   # WG_E: 128 threads
+    return tile_smem_words(K, V, BV, C) + 2 * C * (C // 2) + 2 * C * (C + 4) + (K * (C + 4) if 128 // K == 2 else 0)   # WG_E: 128 threads
 
 
 def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
