@@ -571,7 +571,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              "tu[hl][s][1] = ta[hl][s][1]; tu[hl][s][2] = ta[hl][s][2]; tu[hl][s][3] = ta[hl][s][3];",
              ("tests/test_emu_delta_tc.py::test_wy_kernel_matches_float64[T70-mixed-h0]",), "Ob's rows would gain Aqk beta v: o off, the state right"),
     Mutation("25: 07 hands over A2 = Aqk T, not Aqk", "lib/attnlab/delta/kernels.py",
-             "*(i for i in TMA_IMPLS if i != \"wy\")", "*TMA_IMPLS",
+             "*(i for i in TMA_IMPLS if i not in PREP_AQK_IMPLS)", "*TMA_IMPLS",
              ("tests/test_emu_delta_tc.py::test_wy_kernel_matches_float64[T70-mixed-h0]",), "o = Qg S + Aqk V' (A2 belongs to 24's o = Ob + A2 X)"),
     Mutation("25: the next chunk's (beta v)^T written while this chunk's P1 may still read the tile",
              "kernels/delta/wgmma_recurrence.cuh", "", "",

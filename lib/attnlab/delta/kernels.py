@@ -742,7 +742,8 @@ def wy_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = Fa
     (two element-wise threads a channel), every channel's Kg ([K][C + 4] fp32; ``KdaWgLayout``'s WY)."""
     if bf16:
         raise ValueError("25 (impl='wy') runs on fp32 inputs only")
-    return tile_smem_words(K, V, BV, C) + 2 * C * (C // 2) + 2 * C * (C + 4) + (K * (C + 4) if 128 // K == 2 else 0)   # WG_E: 128 threads
+    two_per_channel = K == 64   # WG_E's 128 threads over K channels
+    return tile_smem_words(K, V, BV, C) + 2 * C * (C // 2) + 2 * C * (C + 4) + (K * (C + 4) if two_per_channel else 0)
 
 
 def wide_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
@@ -1012,7 +1013,9 @@ PRE_IMPLS = ("pre",)
 MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC): the y axis
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
               **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
-PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *(i for i in TMA_IMPLS if i != "wy"), *WGRS_IMPLS)
+#: TMA forms whose o needs 07's Aqk, not A2 (25: o = Qg S + Aqk V')
+PREP_AQK_IMPLS = ("wy",)
+PREP_A2_IMPLS = ("wgmma", "wgmma2", *MC_IMPLS, *(i for i in TMA_IMPLS if i not in PREP_AQK_IMPLS), *WGRS_IMPLS)
 #: impls whose recurrence runs a head's value blocks as clusters (at most 8 blocks each)
 CLUSTER_IMPLS = ("cluster", "multicast", "multicast2")
 SUPPORTED_TC_IMPL = (*STATE_IMPLS, "fused")
