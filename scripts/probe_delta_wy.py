@@ -2,7 +2,7 @@
 """GPU probe: what the WY form's chain would leave of 24's chunk (KDA_NO_P2), before building it.
 
     PYTHONPATH=lib python scripts/probe_delta_wy.py [--T 16384] [--B 2] [--H 16] [--check-T 333] [--budget 0.3]
-        [--out DIR] [--no-fla]
+        [--out DIR] [--no-fla] [--stamps 4096]
 
 24's chain runs three products a chunk, one after another: P1 ([Kbg; Qg] S), P2 ([T; A2] X) and P4 (2^G_L S + Kd^T V').
 In the WY form of the chunk (lib/attnlab/delta/chunk.py; fla's w and u), V' = U - W S with W = T Kbg and U = T beta v
@@ -13,10 +13,11 @@ model). It makes no W and no U, so 07 + its time bounds what the WY form can rea
 
 At B=2, H=16, K=V=128, one run: 07 alone (the form 24 reads), fla's chunk_kda in bf16 (eager and as a CUDA graph),
 the recurrences of fast.WY_LABELS alone (24 and 22 on fp32 images as built, with the chain alone, and in the WY
-form's chain), and 25 itself (kernels/delta/25_chunk_state_wy.cu, the WY form: its call, 07 in its Aqk form alone and
+form's chain; 25's probe builds), and 25 itself (kernels/delta/25_chunk_state_wy.cu, the WY form: its call, 07 in its Aqk form alone and
 25 alone; its o against 24's at the target shape and against the float64 recurrence at B=2, T=333, H=3), then the
 generated lines of fast.describe_probes and fast.describe_wy_probe and 25's against the target. Writes probe_wy.csv to
---out (default $OUT or /tmp), a temporary file then a rename. Not a recorded run: notebook 13 records what the lab
+--out (default $OUT or /tmp), a temporary file then a rename. With --stamps T: 24's and 25's clock stamps at T (notebook
+13's phase table for the two) and 25's with KDA_WY_NO_W and KDA_WY_WLOOP=2, to phases_wy.csv. Not a recorded run: notebook 13 records what the lab
 quotes (its probe table holds the same builds, fast.PROBE_BUILDS).
 """
 
@@ -46,6 +47,10 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=0.3)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--stamps", type=int, default=0, metavar="T",
+                    help="also 24's and 25's clock stamps (and 25's without W's product, and with W a token at a time) at B, H "
+                         "and this T; "
+                         "phases_wy.csv beside probe_wy.csv")
     a = ap.parse_args()
     B, H, K, V, T = a.B, a.H, 128, 128, a.T
     out = Path(a.out) / "probe_wy.csv"
@@ -103,6 +108,16 @@ def main() -> None:
     print("\n".join(lines))
     if not np.isfinite(fla):
         print("fla not timed: no target line")
+    if a.stamps:   # where 25's chunk goes, beside 24's: notebook 13's phase table for the two, and the W probe's
+        ph = fast.wg_phase_cycles(B, H, K, V, a.stamps, impls=("kdreg", "wy"))
+        ph = pd.concat([ph] + [fast.phase_cycles(B, H, K, V, a.stamps, impl="wy", defines={m: x})
+                               .assign(implementation=f"wy, {m}={x}") for m, x in (("KDA_WY_NO_W", 1), ("KDA_WY_WLOOP", 2))],
+                       ignore_index=True)
+        write_csv_atomic(ph, out.with_name("phases_wy.csv"))
+        for impl, g in ph.groupby("implementation", sort=False):
+            print(f"{impl} (T={a.stamps}):")
+            print(fast.phase_summary(g.drop(columns="implementation")).to_string(index=False))
+        print("\n".join(fast.describe_wg_phases(ph)))
 
 
 if __name__ == "__main__":

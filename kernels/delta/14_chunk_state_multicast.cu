@@ -258,8 +258,13 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 }
 #pragma unroll
                 for (int u = 0; u < 8; ++u) t8[u] *= __shfl_sync(ATTNLAB_FULL_MASK, bl, j0 + u);   // beta of token j0 + u
-                *reinterpret_cast<float4*>(wt + r * L::LW + j0) = make_float4(t8[0], t8[1], t8[2], t8[3]);
-                *reinterpret_cast<float4*>(wt + r * L::LW + j0 + 4) = make_float4(t8[4], t8[5], t8[6], t8[7]);
+                if constexpr (KDA_WY_WLOOP == 2) {   // T' transposed: row j, column r (kda_wg_operands' token loop)
+#pragma unroll
+                    for (int u = 0; u < 8; ++u) wt[(j0 + u) * L::LW + r] = t8[u];
+                } else {
+                    *reinterpret_cast<float4*>(wt + r * L::LW + j0) = make_float4(t8[0], t8[1], t8[2], t8[3]);
+                    *reinterpret_cast<float4*>(wt + r * L::LW + j0 + 4) = make_float4(t8[4], t8[5], t8[6], t8[7]);
+                }
             }
             // Everyone here has read the tile: after this barrier, chunk n + 1's copy overwrites it. The
             // copy engine writes through the async proxy, which the barrier does not order behind this

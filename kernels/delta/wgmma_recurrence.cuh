@@ -133,6 +133,17 @@ static_assert(KDA_KD_EARLY == 0 || KDA_KD_EARLY == 1, "KDA_KD_EARLY: 0 (as built
                       // behind P4 on the V'^T tile and o stored after P4: what one product stage less saves the chunk
 static_assert(KDA_NO_P2 == 0 || KDA_NO_P2 == 1, "KDA_NO_P2: 0 (as built) or 1 (probe)");
 
+#ifndef KDA_WY_NO_W
+#define KDA_WY_NO_W 0   // probe build (25 only; results meaningless): WG_E stores Kg where -W goes, its W = T' Kg product
+#endif                  // skipped (1): what that product costs 25's chunk, or -W (0, as built)
+static_assert(KDA_WY_NO_W == 0 || KDA_WY_NO_W == 1, "KDA_WY_NO_W: 0 (as built) or 1 (probe)");
+
+#ifndef KDA_WY_WLOOP
+#define KDA_WY_WLOOP 1   // 25's W = T' Kg in WG_E (results 25's either way): 8 rows of W at a time, each row a sum over
+#endif                   // its tokens from row-major T' (1), or a token at a time into all of the thread's rows from
+                         // T'^T (2: every FMA of a step independent, T'^T's column of the token read as float4s)
+static_assert(KDA_WY_WLOOP == 1 || KDA_WY_WLOOP == 2, "KDA_WY_WLOOP: 1 or 2");
+
 #ifndef KDA_STAGE_RING
 #define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's
 #endif                     // copies issued two chunks ahead (1), or one tile, a chunk ahead (0, as built)
@@ -338,12 +349,35 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                         }
                     }
                     (void)tw;
+                    // KDA_WY_WLOOP 2: all of the thread's rows of W at once, a token j at a time (T' transposed in the
+                    // buffer: row j holds T'_rj for every r); at K = 128 only rows r >= j (quads from j / 4)
+                    constexpr bool WJ = L::WY && !KDA_WY_NO_W && KDA_WY_WLOOP == 2;
+                    float wacc[WJ ? TPT : 1];
+                    if constexpr (WJ) {
+    #pragma unroll
+                        for (int u = 0; u < TPT; ++u) wacc[u] = 0.f;
+    #pragma unroll
+                        for (int j = 0; j < L::C; ++j) {
+    #pragma unroll
+                            for (int rq = (L::TPC == 1 ? j / 4 : 0); rq < TPT / 4; ++rq) {
+                                const float4 t = tw[j * (L::LW / 4) + tok0 / 4 + rq];
+                                wacc[4 * rq] = fmaf(t.x, kg[j], wacc[4 * rq]);
+                                wacc[4 * rq + 1] = fmaf(t.y, kg[j], wacc[4 * rq + 1]);
+                                wacc[4 * rq + 2] = fmaf(t.z, kg[j], wacc[4 * rq + 2]);
+                                wacc[4 * rq + 3] = fmaf(t.w, kg[j], wacc[4 * rq + 3]);
+                            }
+                        }
+                    }
+                    (void)wacc;
                     unsigned char* kq = sm + cx.kq_of(n) + (c / 8) * 1024 + (c % 8) * 128;
     #pragma unroll
                     for (int qd = 0; qd < TPT / 8; ++qd) {
                         unsigned kh[4], kl[4], qh[4], ql[4];
                         float mw[L::WY ? 8 : 1];
-                        if constexpr (L::WY) {
+                        if constexpr (WJ) {
+    #pragma unroll
+                            for (int rr = 0; rr < 8; ++rr) mw[rr] = -wacc[8 * qd + rr];
+                        } else if constexpr (L::WY && !KDA_WY_NO_W) {
     #pragma unroll
                             for (int rr = 0; rr < 8; ++rr) {
                                 const int r = 8 * qd + rr;   // (TPC = 2: row tok0 + r, every quad; zeros past the diagonal)
@@ -363,7 +397,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                         for (int w = 0; w < 4; ++w) {
                             const int u = 8 * qd + 2 * w;
                             float k0 = kda_widen1<BF>(xk[u]) * e1[u], k1 = kda_widen1<BF>(xk[u + 1]) * e1[u + 1];
-                            if constexpr (L::WY) { k0 = mw[2 * w]; k1 = mw[2 * w + 1]; }
+                            if constexpr (L::WY && !KDA_WY_NO_W) { k0 = mw[2 * w]; k1 = mw[2 * w + 1]; }
                             const float q0 = scale * kda_widen1<BF>(xq[u]) * e1[u];
                             const float q1 = scale * kda_widen1<BF>(xq[u + 1]) * e1[u + 1];
                             if constexpr (L::ONE) { kh[w] = pack_bf16x2(k0, k1); qh[w] = pack_bf16x2(q0, q1); }
@@ -582,6 +616,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         write_tok_t(sx_a, bv);
     };
     copy_slot(0);
+    if constexpr (L::WY) { if (1 < NC) copy_slot(1); }   // 25: each slot a chunk ahead of the one it is read in
     wait_slot(0);
     load_beta(0);
     if constexpr (L::WY) {   // 25: chunk 0's (beta v)^T tile for its P1
@@ -903,7 +938,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         const long long t0 = (long long)n * C;
         KDA_STAMP(0);
 #if !KDA_LATE_SIDE
-        if (n + 1 < NC && KDA_PROBE != 4) copy_slot(n + 1);   // lands during this chunk; waited before its last barrier
+        // (25: slot n + 1 was copied a chunk earlier, once chunk n - 1 had read its T words: write_bv waits for it
+        // half-way through this chunk, too soon for a copy issued here)
+        if (n + 1 < NC && KDA_PROBE != 4 && !L::WY) copy_slot(n + 1);   // lands during this chunk; waited before its last barrier
         const float beta_i = kda_widen1<BF>(rbeta);
         if (n + 1 < NC) load_beta(n + 1);
         decay(n);   // the state's decay for this chunk's update (S went to S^T before it)
@@ -939,7 +976,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             }
             write_tok_t(svp_a, vp);
             fence_proxy_async();
-            named_bar_sync(BAR_CONS, 128);   // V'^T complete
+            named_bar_sync(BAR_CONS, 128);   // V'^T complete; every thread's T words of slot n & 1 read (P1 has run)
+            if (n + 2 < NC && KDA_PROBE != 4) copy_slot(n + 2);   // into slot n & 1: a chunk's time to land
             KDA_STAMP(2);
             // P4: S = 2^G_L S + Kd^T V', then o's product Aqk V' (rows g8 + 8 of [T; Aqk] V') behind it, off the chain
             wgmma_fence();

@@ -574,16 +574,20 @@ KD_EARLY_PROBE = "24, its buffer handed back before P4 (KDA_KD_EARLY=1)"
 PROBE_NOISE = 0.02
 #: the defines whose builds compute meaningless results (probes of time only): describe_probes sets each such build
 #: against its plain build
-MEANINGLESS_DEFINES = ("KDA_PROBE", "KDA_P1_TERMS", "KDA_NO_P2")
+MEANINGLESS_DEFINES = ("KDA_PROBE", "KDA_P1_TERMS", "KDA_NO_P2", "KDA_WY_NO_W")
 #: the WY form's chain (wgmma_recurrence.cuh, KDA_NO_P2: P1 then P4, no P2 stage between them; results meaningless):
 #: what computing W = T Kbg and U = T beta v off the chain would leave of 24's chunk, and of 22's on fp32 images
 WY_PROBE = "as the WY form's chain would run, no P2 stage (KDA_NO_P2)"
+#: 25 with WG_E's W = T' Kg product skipped, Kg stored in -W's place (results meaningless): what that product costs
+WY_NO_W_PROBE = "25 without W's product in WG_E, Kg in -W's place (KDA_WY_NO_W=1; results meaningless)"
+#: 25 with W's rows made a token at a time (every FMA of a step independent; results 25's)
+WY_WLOOP_PROBE = "25, W made a token at a time into all of a thread's rows (KDA_WY_WLOOP=2; results 25's)"
 #: Probe builds timed beside the recurrences they change: (label, impl, defines; every impl one of :data:`TC_IMPLS`).
-#: Results meaningless (KDA_PROBE, KDA_P1_TERMS, KDA_NO_P2: :data:`MEANINGLESS_DEFINES`), times telling, but for
+#: Results meaningless (KDA_PROBE, KDA_P1_TERMS, KDA_NO_P2, KDA_WY_NO_W: :data:`MEANINGLESS_DEFINES`), times telling, but for
 #: :data:`KD_EARLY_PROBE`, whose results are 24's. 10: each side alone; 13: no input copies after chunk 0, WG_E's
 #: arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor copies), and the same two probes of its
 #: tensor-copy form; 15-24: their chains alone and other parts taken away; 24 and 22 on fp32 images with the WY form's
-#: chain (:data:`WY_PROBE`).
+#: chain (:data:`WY_PROBE`); 25, its chain alone and without WG_E's W product (:data:`WY_NO_W_PROBE`).
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
@@ -609,7 +613,9 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 (f"24 {WY_PROBE}", "kdreg", {"KDA_NO_P2": 1}),
                 (f"24 chain alone, WG_E arithmetic idle, {WY_PROBE.replace(' (KDA_NO_P2)', '')} (KDA_NO_P2, KDA_PROBE=5)",
                  "kdreg", {"KDA_NO_P2": 1, "KDA_PROBE": 5}),
-                ("22 (fp32 images)", "pre", {}), (f"22 (fp32 images) {WY_PROBE}", "pre", {"KDA_NO_P2": 1}))
+                ("22 (fp32 images)", "pre", {}), (f"22 (fp32 images) {WY_PROBE}", "pre", {"KDA_NO_P2": 1}),
+                ("25", "wy", {}), ("25 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wy", {"KDA_PROBE": 5}),
+                (WY_NO_W_PROBE, "wy", {"KDA_WY_NO_W": 1}), (WY_WLOOP_PROBE, "wy", {"KDA_WY_WLOOP": 2}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -749,6 +755,12 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
         if (label in timing_only or "KDA_PROBE" in label) and base in ms.index:
             lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built "
                          f"({ms[base] - t:+.3f} ms is what the build took away).")
+        elif label == WY_WLOOP_PROBE and base in ms.index:   # the same results, W's loop turned around
+            r = ms[base] / t
+            verdict = (f"within {PROBE_NOISE:.0%} of it" if abs(r - 1) < PROBE_NOISE else
+                       "faster" if r > 1 else "slower")
+            lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built, {r:.3f}× its speed "
+                         f"({verdict}).")
         elif label == KD_EARLY_PROBE and base in ms.index:   # the same results, another hand-over
             r = ms[base] / t
             verdict = (f"within {PROBE_NOISE:.0%} of it: WG_E waiting for its buffer is not what holds {base} back"
@@ -793,7 +805,8 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
 #: the probe builds scripts/probe_delta_wy.py times: 24 and 22 (fp32 images) as built and in the WY form's chain
 WY_LABELS = ("24", "24 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", f"24 {WY_PROBE}",
              f"24 chain alone, WG_E arithmetic idle, {WY_PROBE.replace(' (KDA_NO_P2)', '')} (KDA_NO_P2, KDA_PROBE=5)",
-             "22 (fp32 images)", f"22 (fp32 images) {WY_PROBE}")
+             "22 (fp32 images)", f"22 (fp32 images) {WY_PROBE}",
+             "25", "25 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", WY_NO_W_PROBE, WY_WLOOP_PROBE)
 
 
 def describe_wy_probe(probes: pd.DataFrame, prep_ms: float, fla_bf16_ms: float, goal: float = 1.9) -> list[str]:
