@@ -591,7 +591,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              ("tests/test_emu_delta_tc.py::test_wgmma_family_stamps_and_generated_lines",),
              "a probe of the fp32 form would be read against the bf16 form's time"),
     Mutation("describe_probes: a probe within the noise band called faster", "lib/attnlab/delta/fast.py",
-             "if abs(r - 1) < PROBE_NOISE else", "if False else",
+             "return abs(r - 1) < PROBE_NOISE", "return False",
              ("tests/test_emu_delta_tc.py::test_wgmma_family_stamps_and_generated_lines",),
              "a 0.2 % difference must read as neither faster nor slower"),
     Mutation("24: P4 issued from 19's shared-memory A (the step's loads unused)", "kernels/delta/wgmma_recurrence.cuh",

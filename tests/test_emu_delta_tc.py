@@ -789,6 +789,13 @@ def test_wgmma_family_stamps_and_generated_lines():
     probes.loc[1, "median_ms"] = 0.898   # a 0.2 % difference is neither faster nor slower
     assert fast.describe_probes(probes)[-1].endswith("1.002× its speed (within 2% of it: WG_E waiting for its buffer "
                                                      "is not what holds 24 back).")
+    # 25's W-loop variant (valid results) and its W probe (meaningless results) are set against 25 as built
+    probes = pd.DataFrame(dict(implementation=["25", fast.WY_WLOOP_PROBE, fast.WY_NO_W_PROBE], median_ms=[1.0, 0.8, 0.7]))
+    assert fast.describe_probes(probes) == [
+        f"- {fast.WY_WLOOP_PROBE}: 0.800 ms against 1.000 ms for 25 as built, 1.250× its speed (faster).",
+        f"- {fast.WY_NO_W_PROBE}: 0.700 ms against 1.000 ms for 25 as built (+0.300 ms is what the build took away)."]
+    probes.loc[1, "median_ms"] = 0.999
+    assert fast.describe_probes(probes)[0].endswith("1.001× its speed (within 2% of it).")
     # 22 runs on bf16 and on fp32 inputs: a probe build of the fp32 form is set against the fp32 form as built
     probes = pd.DataFrame(dict(implementation=["22 (fp32 images)", f"22 (fp32 images) {fast.WY_PROBE}", "22 (bf16 I/O)"],
                                median_ms=[0.65, 0.55, 0.48]))

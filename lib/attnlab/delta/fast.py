@@ -741,6 +741,11 @@ def describe_wg_phases(phases: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _within_noise(r: float) -> bool:
+    """Whether a build's speed ratio to the build it varies lies inside the probes' noise band (:data:`PROBE_NOISE`)."""
+    return abs(r - 1) < PROBE_NOISE
+
+
 def describe_probes(probes: pd.DataFrame) -> list[str]:
     """Generated lines on :func:`probe_latency`'s table: each probe build (KDA_PROBE, whose results are
     meaningless, and 24's KDA_KD_EARLY, whose results are 24's) against the plain build of the same recurrence
@@ -757,14 +762,14 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
                          f"({ms[base] - t:+.3f} ms is what the build took away).")
         elif label == WY_WLOOP_PROBE and base in ms.index:   # the same results, W's loop turned around
             r = ms[base] / t
-            verdict = (f"within {PROBE_NOISE:.0%} of it" if abs(r - 1) < PROBE_NOISE else
+            verdict = (f"within {PROBE_NOISE:.0%} of it" if _within_noise(r) else
                        "faster" if r > 1 else "slower")
             lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built, {r:.3f}× its speed "
                          f"({verdict}).")
         elif label == KD_EARLY_PROBE and base in ms.index:   # the same results, another hand-over
             r = ms[base] / t
             verdict = (f"within {PROBE_NOISE:.0%} of it: WG_E waiting for its buffer is not what holds {base} back"
-                       if abs(r - 1) < PROBE_NOISE else
+                       if _within_noise(r) else
                        f"faster: WG_E waiting for its buffer held {base} back" if r > 1 else
                        "slower: the earlier hand-over costs more than it frees")
             lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built, {r:.3f}× its speed "
