@@ -581,6 +581,19 @@ MUTATIONS: tuple[Mutation, ...] = (
                  "            load_kd(n);   // P4's A fragments while P1 runs\n",
                  "            load_kd(n);   // P4's A fragments while P1 runs\n"
                  "            if (n + 1 < NC) { wait_slot(n + 1); write_bv(n + 1, kda_widen1<BF>(rbeta)); }\n", 1)),
+    Mutation("25: slot n & 1 refilled before every thread has read its T words", "kernels/delta/wgmma_recurrence.cuh",
+             "", "", ("tests/test_emu_race.py::test_delta_kernels_have_no_unordered_shared_memory_access[K128V128BV32]",),
+             "chunk n + 2's copy may land while a thread still loads chunk n's T words from the slot: the race check reports it",
+             edit=lambda t: t.replace(
+                 "            if (n + 2 < NC && KDA_PROBE != 4) copy_slot(n + 2);   // into slot n & 1: a chunk's time to land\n", "", 1)
+             .replace("            load_ta(n, ta);\n#pragma unroll\n            for (int hl = 0; hl < 2; ++hl)",
+                      "            load_ta(n, ta);\n            if (n + 2 < NC) copy_slot(n + 2);\n#pragma unroll\n"
+                      "            for (int hl = 0; hl < 2; ++hl)", 1)),
+    Mutation("25, W a token at a time (KDA_WY_WLOOP=2): rows above the token's quad skipped", "kernels/delta/wgmma_recurrence.cuh",
+             "for (int rq = (L::TPC == 1 ? j / 4 : 0); rq < TPT / 4; ++rq) {",
+             "for (int rq = (L::TPC == 1 ? j / 4 + 1 : 0); rq < TPT / 4; ++rq) {",
+             ("tests/test_emu_delta_tc.py::test_wy_token_loop_matches_float64",),
+             "the diagonal quad's entries of W (T' is lower triangular, not strictly) would be lost"),
     Mutation("25 at K = 64: the channel's other Kg read back without WG_E's barrier", "kernels/delta/wgmma_recurrence.cuh",
              "                            named_bar_sync(BAR_PROD, L::NE);\n    #pragma unroll\n                            for (int u = 0; u < L::C; u += 4) {",
              "    #pragma unroll\n                            for (int u = 0; u < L::C; u += 4) {",

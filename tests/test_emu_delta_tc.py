@@ -389,6 +389,25 @@ def test_wy_kernel_matches_float64(fake_cupy, T, gate, init, bv, K):
     assert rel(o, o24) < TOL and rel(s, s24) < TOL
 
 
+@pytest.mark.parametrize("K, bv", [(128, 32), (64, 16)], ids=["K128", "K64-bv16"])
+def test_wy_token_loop_matches_float64(fake_cupy, K, bv):
+    """25's probe build KDA_WY_WLOOP=2 (fast.WY_WLOOP_PROBE: W made a token at a time from T' transposed) keeps 25's
+    results: against the float64 recurrence (outputs poisoned, a chunk tail, an initial state) and close to 25 as built
+    (the same FMAs summed in another order)."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, 70, 2, K, K, seed=47, gate="mixed", initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    plan = dk.prepare_tc(**d, output_final_state=True, impl="wy", bv=bv, defines={"KDA_WY_WLOOP": 2})
+    plan.poison()
+    o, s = (a.get() for a in plan.run())
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"25 (W a token at a time): o {rel(o, ref_o):.2e}"
+    o25, s25 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="wy", bv=bv).run())
+    assert rel(o, o25) < 1e-6 and rel(s, s25) < 1e-6
+
+
 def test_wy_kernel_layout_and_launch_tables():
     """25 runs fp32 inputs only (tests/test_delta_kernels.py: bf16 inputs' one-line error), with 07 in its Aqk form, and
     its layout fits a block (24's plus T's words, WG_E's T' buffers and, at K = 64, the channels' Kg)."""
