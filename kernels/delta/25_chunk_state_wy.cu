@@ -16,6 +16,9 @@
 //    while P4 runs. P1's rows g8 are then V' itself: its hi / lo split goes to the V'^T tile, and one barrier later P4
 //    and o's product (the slot's Aqk rows times V'^T) are issued together; o is stored when the latter completes.
 //  * 07 hands over Aqk, not A2 = Aqk T (o = Qg S + Aqk V').
+//  * Each copy slot (T / Aqk words and v) is refilled a chunk ahead of the chunk that reads it, right after the barrier
+//    behind which every thread has read its T words: (beta v)^T of chunk n + 1 is made half-way through chunk n, too
+//    soon for a copy issued at chunk n's start (24's place for it).
 // The products keep 24's three terms (3xBF16); W is an fp32 FMA sum, so the results are not 24's bit for bit but are
 // held to the float64 reference as 24's are (tests/test_emu_delta_tc.py). At K = 64 two WG_E threads share a channel
 // (16 tokens each, as in 24): each stores its Kg and reads the channel's 32 back for its rows of W. fp32 inputs only.
