@@ -408,6 +408,53 @@ def test_wy_token_loop_matches_float64(fake_cupy, K, bv):
     assert rel(o, o25) < 1e-6 and rel(s, s25) < 1e-6
 
 
+def test_e_share_probe_builds_run_and_take_effect(fake_cupy):
+    """24's probe builds KDA_E_SHARE=2 and 4 (fast.E_SHARE_PROBES: each WG_E thread at a share of its tokens; results
+    meaningless) build and run through the launcher on the CPU model at K = V = 128, and the define takes effect: the
+    operands of the tokens left out are never made, so o differs from 24's, which matches float64 (a probe whose build
+    changed nothing would time 24 and call it a bound)."""
+    from attnlab.delta import fast
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, 40, 1, 128, 128, seed=8, gate="mixed", initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    ref_o, _ = kda_recurrent_fp64(**x, output_final_state=True)
+    o24 = dk.prepare_tc(**d, impl="kdreg").run()[0].get()
+    assert rel(o24, ref_o) < TOL
+    for n, label in fast.E_SHARE_PROBES.items():
+        assert (label, "kdreg", {"KDA_E_SHARE": n}) in fast.PROBE_BUILDS
+        plan = dk.prepare_tc(**d, impl="kdreg", defines={"KDA_E_SHARE": n})
+        plan.poison()
+        o = plan.run()[0].get()
+        assert not np.allclose(o, o24, rtol=1e-3, atol=1e-3), f"{label}: the build computes 24's o"
+    assert "KDA_E_SHARE" in fast.MEANINGLESS_DEFINES
+
+
+def test_recurrence_bounds_lines_come_from_the_tables():
+    """fast.describe_recurrence_bounds: the call with 24's time replaced by each probe's, against goal x fla's faster
+    call; a probe missing from the table gets no line, and no line at all without the call, fla or 24."""
+    import pandas as pd
+
+    from attnlab.delta import fast
+
+    T = 16384
+    lat = pd.DataFrame(dict(implementation=["07+24", fast.FLA, fast.FLA_GRAPH], dtype=["fp32", "bf16", "bf16"],
+                            T=[T] * 3, stage=["all"] * 3, median_ms=[1.24, 1.92, 1.90]))
+    half, quarter = fast.E_SHARE_PROBES[2], fast.E_SHARE_PROBES[4]
+    probes = pd.DataFrame(dict(implementation=["24", half, quarter], median_ms=[0.90, 0.80, 0.55]))
+    lines = fast.describe_recurrence_bounds(probes, lat, T)
+    assert lines[0] == (f"- At T={T}, 07+24 takes 1.240 ms (its recurrence 0.900 ms alone in the probe table); 1.9x "
+                        f"fla's 1.900 ms (bf16, {fast.FLA_GRAPH}) allows 1.000 ms, so the call must lose 0.240 ms (19%).")
+    assert lines[1] == (f"- WG_E's work shared by a cluster of two value blocks (bound: {half}): 1.240 - 0.900 + 0.800 = "
+                        "1.140 ms, still 0.140 ms (14%) past it.")
+    assert lines[2].endswith("1.240 - 0.900 + 0.550 = 0.890 ms, 0.110 ms inside the goal.")
+    assert len(lines) == 3
+    assert fast.describe_recurrence_bounds(probes.iloc[1:], lat, T) == []
+    assert fast.describe_recurrence_bounds(probes, lat.iloc[:1], T) == []
+    assert fast.describe_recurrence_bounds(probes, lat, 4096) == []
+
+
 def test_wy_kernel_layout_and_launch_tables():
     """25 runs fp32 inputs only (tests/test_delta_kernels.py: bf16 inputs' one-line error), with 07 in its Aqk form, and
     its layout fits a block (24's plus T's words, WG_E's T' buffers and, at K = 64, the channels' Kg)."""

@@ -184,8 +184,10 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         KDA_TL(if (lane == 0) { tlw[3] = tl_wait; tlw[4] = tl_nwait; })
       } else {
         // ====================================================== WG_E: element-wise operands, a chunk ahead
-        constexpr int TPT = C / L::TPC / (KDA_PROBE == 6 ? 2 : 1);   // tokens per thread (probe 6: half of them,
-                                                         // results meaningless: WG_E's chunk at half the length)
+        constexpr int TPT = C / L::TPC / (KDA_PROBE == 6 ? 2 : 1) / KDA_E_SHARE;   // tokens per thread (probe 6: half of
+                                                         // them, KDA_E_SHARE: a share of them; results meaningless)
+        static_assert(KDA_E_SHARE == 1 || (K == 128 && !BF && !WY && TPT % 8 == 0),
+                      "KDA_E_SHARE: a probe of 19-24 on fp32 inputs at K = 128");
         const int e = cx.tid - 128, c = e % K, part = e / K, tok0 = part * TPT;
         const unsigned rank = cluster_ctarank();
         const TIn* const stg1 = reinterpret_cast<const TIn*>(cx.sm + L::OFF_STG);

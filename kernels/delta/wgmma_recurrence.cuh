@@ -144,6 +144,13 @@ static_assert(KDA_WY_NO_W == 0 || KDA_WY_NO_W == 1, "KDA_WY_NO_W: 0 (as built) o
                          // T'^T (2: every FMA of a step independent, T'^T's column of the token read as float4s)
 static_assert(KDA_WY_WLOOP == 1 || KDA_WY_WLOOP == 2, "KDA_WY_WLOOP: 1 or 2");
 
+#ifndef KDA_E_SHARE
+#define KDA_E_SHARE 1   // probe build (fp32 inputs at K = 128; results meaningless): each WG_E thread takes 1 / KDA_E_SHARE
+#endif                  // of its tokens (2 or 4): what WG_E's chunk would cost if a cluster of that many value blocks
+                        // shared its element-wise work, each block making its share of the operands for all of them
+                        // (a bound: no cluster-wide stores or hand-overs are made), or all of them (1, as built)
+static_assert(KDA_E_SHARE == 1 || KDA_E_SHARE == 2 || KDA_E_SHARE == 4, "KDA_E_SHARE: 1 (as built), 2 or 4 (probe)");
+
 #ifndef KDA_STAGE_RING
 #define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's
 #endif                     // copies issued two chunks ahead (1), or one tile, a chunk ahead (0, as built)

@@ -574,7 +574,7 @@ KD_EARLY_PROBE = "24, its buffer handed back before P4 (KDA_KD_EARLY=1)"
 PROBE_NOISE = 0.02
 #: the defines whose builds compute meaningless results (probes of time only): describe_probes sets each such build
 #: against its plain build
-MEANINGLESS_DEFINES = ("KDA_PROBE", "KDA_P1_TERMS", "KDA_NO_P2", "KDA_WY_NO_W")
+MEANINGLESS_DEFINES = ("KDA_PROBE", "KDA_P1_TERMS", "KDA_NO_P2", "KDA_WY_NO_W", "KDA_E_SHARE")
 #: the WY form's chain (wgmma_recurrence.cuh, KDA_NO_P2: P1 then P4, no P2 stage between them; results meaningless):
 #: what computing W = T Kbg and U = T beta v off the chain would leave of 24's chunk, and of 22's on fp32 images
 WY_PROBE = "as the WY form's chain would run, no P2 stage (KDA_NO_P2)"
@@ -582,12 +582,17 @@ WY_PROBE = "as the WY form's chain would run, no P2 stage (KDA_NO_P2)"
 WY_NO_W_PROBE = "25 without W's product in WG_E, Kg in -W's place (KDA_WY_NO_W=1; results meaningless)"
 #: 25 with W's rows made a token at a time (every FMA of a step independent; results 25's)
 WY_WLOOP_PROBE = "25, W made a token at a time into all of a thread's rows (KDA_WY_WLOOP=2; results 25's)"
+#: 24 with each WG_E thread at a share of its tokens (KDA_E_SHARE; results meaningless): the bound on sharing WG_E's
+#: element-wise work over a cluster of that many value blocks, each making its share of every block's operands
+E_SHARE_PROBES = {n: f"24, WG_E at {part} of its tokens a thread (KDA_E_SHARE={n}; results meaningless)"
+                  for n, part in ((2, "half"), (4, "a quarter"))}
 #: Probe builds timed beside the recurrences they change: (label, impl, defines; every impl one of :data:`TC_IMPLS`).
 #: Results meaningless (KDA_PROBE, KDA_P1_TERMS, KDA_NO_P2, KDA_WY_NO_W: :data:`MEANINGLESS_DEFINES`), times telling, but for
 #: :data:`KD_EARLY_PROBE`, whose results are 24's. 10: each side alone; 13: no input copies after chunk 0, WG_E's
 #: arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor copies), and the same two probes of its
 #: tensor-copy form; 15-24: their chains alone and other parts taken away; 24 and 22 on fp32 images with the WY form's
-#: chain (:data:`WY_PROBE`); 25, its chain alone and without WG_E's W product (:data:`WY_NO_W_PROBE`).
+#: chain (:data:`WY_PROBE`); 25, its chain alone and without WG_E's W product (:data:`WY_NO_W_PROBE`); 24 with WG_E at
+#: a share of its tokens (:data:`E_SHARE_PROBES`).
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
@@ -615,7 +620,8 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                  "kdreg", {"KDA_NO_P2": 1, "KDA_PROBE": 5}),
                 ("22 (fp32 images)", "pre", {}), (f"22 (fp32 images) {WY_PROBE}", "pre", {"KDA_NO_P2": 1}),
                 ("25", "wy", {}), ("25 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wy", {"KDA_PROBE": 5}),
-                (WY_NO_W_PROBE, "wy", {"KDA_WY_NO_W": 1}), (WY_WLOOP_PROBE, "wy", {"KDA_WY_WLOOP": 2}))
+                (WY_NO_W_PROBE, "wy", {"KDA_WY_NO_W": 1}), (WY_WLOOP_PROBE, "wy", {"KDA_WY_WLOOP": 2}),
+                *((label, "kdreg", {"KDA_E_SHARE": n}) for n, label in E_SHARE_PROBES.items()))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -831,6 +837,43 @@ def describe_wy_probe(probes: pd.DataFrame, prep_ms: float, fla_bf16_ms: float, 
             f"(bf16) allows {allow:.3f} ms.",
             f"- 07 alone + 24 {WY_PROBE}: {prep_ms:.3f} + {ms[wy]:.3f} = {best:.3f} ms, {verdict}. The probe makes no "
             "W = T Kbg and no U = T beta v: what they cost comes on top, so this is the WY form's bound, not its time."]
+
+
+#: the call whose recurrence the probe builds of :func:`describe_recurrence_bounds` stand in for, and those builds
+#: with the design each one bounds
+BOUND_CALL, BOUND_BASE = "07+24", "24"
+BOUND_PROBES = ((E_SHARE_PROBES[2], "WG_E's work shared by a cluster of two value blocks"),
+                (E_SHARE_PROBES[4], "shared by a cluster of four"),
+                ("24 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "no element-wise work beside the chain"),
+                (f"24 {WY_PROBE}", "the WY form's chain with W and U free"),
+                (f"24 chain alone, WG_E arithmetic idle, {WY_PROBE.replace(' (KDA_NO_P2)', '')} (KDA_NO_P2, KDA_PROBE=5)",
+                 "both: the WY form's chain alone"))
+
+
+def describe_recurrence_bounds(probes: pd.DataFrame, latency: pd.DataFrame, T: int, goal: float = 1.9) -> list[str]:
+    """Generated lines: what :data:`BOUND_CALL` at T would take with its recurrence at each probe build's time of
+    :data:`BOUND_PROBES` (the call, less :data:`BOUND_BASE` alone, plus the probe: both from the probe table), against
+    the time ``goal``x fla (bf16, its faster call) allows. Each probe leaves work out that its design would still do
+    (stores and hand-overs across a cluster, the products that make W and U), so each sum bounds that design from
+    below; it forecasts nothing. Empty where the call, fla or 24 alone is missing."""
+    ms = probes.set_index("implementation")["median_ms"]
+    call, (fla, who) = _ms(latency, BOUND_CALL, T), fla_ms(latency, T)
+    if BOUND_BASE not in ms.index or not np.isfinite([call, fla]).all():
+        return []
+    allow, base = fla / goal, float(ms[BOUND_BASE])
+    lines = [f"- At T={T}, {BOUND_CALL} takes {call:.3f} ms (its recurrence {base:.3f} ms alone in the probe table); "
+             f"{goal}x fla's {fla:.3f} ms (bf16, {who}) allows {allow:.3f} ms, "
+             + (f"{allow - call:.3f} ms more than it takes." if call <= allow else
+                f"so the call must lose {call - allow:.3f} ms ({1 - allow / call:.0%}).")]
+    for label, design in BOUND_PROBES:
+        if label not in ms.index:
+            continue
+        t = float(ms[label])
+        total = call - base + t
+        verdict = (f"{allow - total:.3f} ms inside the goal" if total <= allow else
+                   f"still {total - allow:.3f} ms ({total / allow - 1:.0%}) past it")
+        lines.append(f"- {design} (bound: {label}): {call:.3f} - {base:.3f} + {t:.3f} = {total:.3f} ms, {verdict}.")
+    return lines
 
 
 def _stage_ms(latency: pd.DataFrame, impl: str, T: int, stage: str, dtype: str = "fp32") -> float:
