@@ -22,6 +22,14 @@
 // The products keep 24's three terms (3xBF16); W is an fp32 FMA sum, so the results are not 24's bit for bit but are
 // held to the float64 reference as 24's are (tests/test_emu_delta_tc.py). At K = 64 two WG_E threads share a channel
 // (16 tokens each, as in 24): each stores its Kg and reads the channel's 32 back for its rows of W. fp32 inputs only.
+// What the runs said (notebook 13's run on an H100, reports/h100-80gb-hbm3/, probe table and clock stamps; no H200 run
+// of 25 yet): 25 is correct and slower than 24, at about half its speed (with the slot refill above).
+// Its WG_E sets the chunk: its arithmetic phase with -W takes most of the period, and KDA_WY_NO_W (W's product
+// skipped) removes most of the difference to 24 but not all of it (the T' buffer and the (beta v)^T tile stay).
+// The chain gains nothing either: 25's chain alone (KDA_PROBE=5) is slower than 24's, so P1's added U term and o's
+// product behind P4 cost more than the P2 stage and barrier they replace. The WY form pays off only with W (and U)
+// made off the recurrence's SMs, by 07 or a kernel like it, and even then KDA_NO_P2's bound on 24 (notebook 13's
+// recurrence bounds) is what it can reach.
 // Launch: 24's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output), with 07 in its
 // Aqk form; shared memory kernels.wy_smem_words (24's, plus the T words in the staging tile, WG_E's two T' buffers
 // and, at K = 64, the channels' Kg). Requires sm_90a.
