@@ -117,6 +117,12 @@ static __device__ __forceinline__ void tma_load_4d(unsigned dst, const TmaMap* m
         : "memory");
 }
 
+// Prefetch of the same box into L2 (no shared memory, no barrier): a later load of it hits L2.
+static __device__ __forceinline__ void tma_prefetch_4d(const TmaMap* map, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global [%0, {%1, %2, %3, %4}];"
+                 :: "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+
 // ---- register reallocation between warpgroups (sm_90a): every thread of the warpgroup executes
 // it; the kernel must start under a register cap (__launch_bounds__(threads, 1)). N: multiple of 8.
 template <int N>

@@ -431,6 +431,28 @@ def test_e_share_probe_builds_run_and_take_effect(fake_cupy):
     assert "KDA_E_SHARE" in fast.MEANINGLESS_DEFINES
 
 
+@pytest.mark.parametrize("K, bv, T, init", [(128, 32, 70, True), (64, 16, 33, False), (128, 16, 1, True)],
+                         ids=["K128-T70-h0", "K64-T33-bv16", "K128-T1-h0"])
+def test_global_load_build_reproduces_24(fake_cupy, K, bv, T, init):
+    """24's build KDA_E_LDG=1 (fast.E_LDG_PROBE: WG_E reads q, k, g from global memory, no staging tile, each chunk
+    prefetched into L2 a chunk ahead) loads the same values and does the same arithmetic: o and the final state are 24's
+    bit for bit (outputs poisoned, chunk tails, one token, an initial state), and 24's are held to float64."""
+    from attnlab.delta import fast
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, T, 3, K, K, seed=60 + T + K, gate="mixed", initial_state=init)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    o24, s24 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv).run())
+    assert rel(o24, ref_o) < TOL and rel(s24, ref_s) < TOL
+    plan = dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv, defines={"KDA_E_LDG": 1})
+    plan.poison()
+    o, s = (a.get() for a in plan.run())
+    assert np.array_equal(o, o24) and np.array_equal(s, s24), "KDA_E_LDG must reproduce 24 bit for bit"
+    assert (fast.E_LDG_PROBE, "kdreg", {"KDA_E_LDG": 1}) in fast.PROBE_BUILDS
+
+
 def test_recurrence_bounds_lines_come_from_the_tables():
     """fast.describe_recurrence_bounds: the call with 24's time replaced by each probe's, against goal x fla's faster
     call; a probe missing from the table gets no line, and no line at all without the call, fla or 24."""

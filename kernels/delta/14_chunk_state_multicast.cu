@@ -195,7 +195,15 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         auto tile_of = [&](int n) { return L::OFF_STG + (NST == 2 ? (n & 1) : 0) * L::STG_BYTES; };
         auto tile_bar = [&](int n) { return NST == 2 && (n & 1) ? full_t + 32 : full_t; };
         constexpr unsigned ROW = K * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
+        // KDA_E_LDG: q, k, g from global memory, no staging tile; copy_in(n) only prefetches chunk n's boxes into L2
+        constexpr bool LDG = KDA_E_LDG != 0;
+        static_assert(!LDG || (TMA && !WY && NST == 1 && KDA_PROBE != 4), "KDA_E_LDG: 19-24's tensor-copy forms");
         auto copy_in = [&](int n) {   // warp 4: this block's share of chunk n's rows, to every block
+            if constexpr (LDG) {
+                if (e == 0)
+                    for (int ar = 0; ar < 3; ++ar) tma_prefetch_4d(maps[ar], 0, h, n * C, b);
+                return;
+            }
             if (e == 0) mbar_arrive_expect_tx(tile_bar(n), TILE + L::TW_BYTES);   // each block receives the whole tile
             if constexpr (TMA) {   // one box per array: K channels x C tokens of head h, batch b
                 if (e == 0) {
@@ -227,20 +235,29 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             }
         } else {
             if (e < 32) copy_in(0);
+            if (LDG && e < 32 && 1 < NC) copy_in(1);   // the prefetch runs a chunk ahead from the start (below: n + 2)
         }
         load_beta(0);
         for (int n = 0; n < NC; ++n) {
             KDA_STAMP(0);
             // chunk n's tile has landed here (probe 4: chunk 0's, reused)
-            if (KDA_PROBE != 4 || n == 0) mbar_wait(tile_bar(n), (n / NST) & 1);
+            if (!LDG && (KDA_PROBE != 4 || n == 0)) mbar_wait(tile_bar(n), (n / NST) & 1);
             const TIn* const stg = NST == 2 ? reinterpret_cast<const TIn*>(cx.sm + tile_of(n)) : stg1;
             TIn xg[TPT], xk[TPT], xq[TPT];
 #pragma unroll
             for (int u = 0; u < TPT; ++u) {
-                const bool in = (long long)n * C + tok0 + u < TT;
-                xg[u] = in ? stg[(0 * C + tok0 + u) * K + c] : TIn(0);
-                xk[u] = in ? stg[(1 * C + tok0 + u) * K + c] : TIn(0);
-                xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : TIn(0);
+                const long long t = (long long)n * C + tok0 + u;
+                const bool in = t < TT;
+                if constexpr (LDG) {   // issued here, first used after the EMPTY wait below: their latency hides there
+                    const long long at = kda_bthd(b, in ? t : 0, h, c, TT, H, K);
+                    xg[u] = in ? g[at] : TIn(0);
+                    xk[u] = in ? k[at] : TIn(0);
+                    xq[u] = in ? q[at] : TIn(0);
+                } else {
+                    xg[u] = in ? stg[(0 * C + tok0 + u) * K + c] : TIn(0);
+                    xk[u] = in ? stg[(1 * C + tok0 + u) * K + c] : TIn(0);
+                    xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : TIn(0);
+                }
             }
             const float bl = kda_widen1<BF>(xb);
             if constexpr (WY) {
@@ -287,7 +304,11 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 if constexpr (NST == 2) {   // the ring: chunk n + 2 into the tile just read
                     if (e < 32 && n + 2 < NC) copy_in(n + 2);
                 } else {
-                    if (e < 32 && KDA_PROBE != 4) copy_in(n + 1);
+                    if (LDG) {   // chunk n + 1 is in L2 by now (prefetched a chunk ago): chunk n + 2's prefetch
+                        if (e < 32 && n + 2 < NC) copy_in(n + 2);
+                    } else if (e < 32 && KDA_PROBE != 4) {
+                        copy_in(n + 1);
+                    }
                 }
                 load_beta(n + 1);
             }

@@ -151,6 +151,13 @@ static_assert(KDA_WY_WLOOP == 1 || KDA_WY_WLOOP == 2, "KDA_WY_WLOOP: 1 or 2");
                         // (a bound: no cluster-wide stores or hand-overs are made), or all of them (1, as built)
 static_assert(KDA_E_SHARE == 1 || KDA_E_SHARE == 2 || KDA_E_SHARE == 4, "KDA_E_SHARE: 1 (as built), 2 or 4 (probe)");
 
+#ifndef KDA_E_LDG
+#define KDA_E_LDG 0   // build variant (19-24's tensor-copy forms, one staging tile; results the same): WG_E loads its
+#endif                // q, k, g from global memory into registers, each chunk's box prefetched into L2 by the copy
+                      // engine a chunk ahead, with no staging tile (1): the tile's landing and reads leave shared
+                      // memory; or lands them in the staging tile by tensor copies and reads them there (0, as built)
+static_assert(KDA_E_LDG == 0 || KDA_E_LDG == 1, "KDA_E_LDG: 0 (as built) or 1");
+
 #ifndef KDA_STAGE_RING
 #define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's
 #endif                     // copies issued two chunks ahead (1), or one tile, a chunk ahead (0, as built)

@@ -770,6 +770,8 @@ inline unsigned emu_tma_swizzled(unsigned a, unsigned swizzle) {
     return swizzle ? a ^ (((a >> 7) & (swizzle / 16 - 1)) << 4) : a;
 }
 static_assert(sizeof(TmaMap) == 96, "tests/delta_emu/fake_device.py encodes this layout");
+// A prefetch into L2 has no effect the model can see (the CPU model has no L2): nothing to do.
+inline void tma_prefetch_4d(const TmaMap*, int, int, int, int) {}
 inline void tma_load_4d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, int c3, unsigned bar) {
     const TmaMap& m = *map;
     const size_t row = (size_t)m.box[0] * m.esz, bytes = row * m.box[1] * m.box[2] * m.box[3];

@@ -582,6 +582,11 @@ WY_PROBE = "as the WY form's chain would run, no P2 stage (KDA_NO_P2)"
 WY_NO_W_PROBE = "25 without W's product in WG_E, Kg in -W's place (KDA_WY_NO_W=1; results meaningless)"
 #: 25 with W's rows made a token at a time (every FMA of a step independent; results 25's)
 WY_WLOOP_PROBE = "25, W made a token at a time into all of a thread's rows (KDA_WY_WLOOP=2; results 25's)"
+#: 24 with WG_E's q, k, g loaded from global memory, no staging tile (results 24's): whether the tile's shared-memory
+#: traffic (its landing and WG_E's reads of it) holds 24 back
+E_LDG_PROBE = "24, WG_E's q, k, g loaded from global memory, no staging tile (KDA_E_LDG=1; results 24's)"
+#: probe builds whose results are their plain build's: set against it as faster, slower or within the noise
+SAME_RESULT_PROBES = (WY_WLOOP_PROBE, E_LDG_PROBE)
 #: 24 with each WG_E thread at a share of its tokens (KDA_E_SHARE; results meaningless): the bound on sharing WG_E's
 #: element-wise work over a cluster of that many value blocks, each making its share of every block's operands
 E_SHARE_PROBES = {n: f"24, WG_E at {part} of its tokens a thread (KDA_E_SHARE={n}; results meaningless)"
@@ -592,7 +597,7 @@ E_SHARE_PROBES = {n: f"24, WG_E at {part} of its tokens a thread (KDA_E_SHARE={n
 #: arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor copies), and the same two probes of its
 #: tensor-copy form; 15-24: their chains alone and other parts taken away; 24 and 22 on fp32 images with the WY form's
 #: chain (:data:`WY_PROBE`); 25, its chain alone and without WG_E's W product (:data:`WY_NO_W_PROBE`); 24 with WG_E at
-#: a share of its tokens (:data:`E_SHARE_PROBES`).
+#: a share of its tokens (:data:`E_SHARE_PROBES`) and with its inputs loaded from global memory (:data:`E_LDG_PROBE`).
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
@@ -621,7 +626,8 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("22 (fp32 images)", "pre", {}), (f"22 (fp32 images) {WY_PROBE}", "pre", {"KDA_NO_P2": 1}),
                 ("25", "wy", {}), ("25 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wy", {"KDA_PROBE": 5}),
                 (WY_NO_W_PROBE, "wy", {"KDA_WY_NO_W": 1}), (WY_WLOOP_PROBE, "wy", {"KDA_WY_WLOOP": 2}),
-                *((label, "kdreg", {"KDA_E_SHARE": n}) for n, label in E_SHARE_PROBES.items()))
+                *((label, "kdreg", {"KDA_E_SHARE": n}) for n, label in E_SHARE_PROBES.items()),
+                (E_LDG_PROBE, "kdreg", {"KDA_E_LDG": 1}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
@@ -766,7 +772,7 @@ def describe_probes(probes: pd.DataFrame) -> list[str]:
         if (label in timing_only or "KDA_PROBE" in label) and base in ms.index:
             lines.append(f"- {label}: {t:.3f} ms against {ms[base]:.3f} ms for {base} as built "
                          f"({ms[base] - t:+.3f} ms is what the build took away).")
-        elif label == WY_WLOOP_PROBE and base in ms.index:   # the same results, W's loop turned around
+        elif label in SAME_RESULT_PROBES and base in ms.index:   # the same results, another way to them
             r = ms[base] / t
             verdict = (f"within {PROBE_NOISE:.0%} of it" if _within_noise(r) else
                        "faster" if r > 1 else "slower")
