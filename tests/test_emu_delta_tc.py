@@ -434,8 +434,8 @@ def test_e_share_probe_builds_run_and_take_effect(fake_cupy):
 @pytest.mark.parametrize("K, bv, T, init", [(128, 32, 70, True), (64, 16, 33, False), (128, 16, 1, True)],
                          ids=["K128-T70-h0", "K64-T33-bv16", "K128-T1-h0"])
 def test_global_load_build_reproduces_24(fake_cupy, K, bv, T, init):
-    """24's build KDA_E_LDG=1 (fast.E_LDG_PROBE: WG_E reads q, k, g from global memory, no staging tile, each chunk
-    prefetched into L2 a chunk ahead) loads the same values and does the same arithmetic: o and the final state are 24's
+    """24's builds KDA_E_LDG=1 and 2 (fast.E_LDG_PROBE, E_LDG_NA_PROBE: WG_E reads q, k, g from global memory, no
+    staging tile, each chunk prefetched into L2 a chunk ahead; 2 with loads that allocate no L1 line) load the same values and does the same arithmetic: o and the final state are 24's
     bit for bit (outputs poisoned, chunk tails, one token, an initial state), and 24's are held to float64."""
     from attnlab.delta import fast
     from attnlab.delta import kernels as dk
@@ -446,11 +446,12 @@ def test_global_load_build_reproduces_24(fake_cupy, K, bv, T, init):
     ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
     o24, s24 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv).run())
     assert rel(o24, ref_o) < TOL and rel(s24, ref_s) < TOL
-    plan = dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv, defines={"KDA_E_LDG": 1})
-    plan.poison()
-    o, s = (a.get() for a in plan.run())
-    assert np.array_equal(o, o24) and np.array_equal(s, s24), "KDA_E_LDG must reproduce 24 bit for bit"
-    assert (fast.E_LDG_PROBE, "kdreg", {"KDA_E_LDG": 1}) in fast.PROBE_BUILDS
+    for mode, label in ((1, fast.E_LDG_PROBE), (2, fast.E_LDG_NA_PROBE)):
+        plan = dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv, defines={"KDA_E_LDG": mode})
+        plan.poison()
+        o, s = (a.get() for a in plan.run())
+        assert np.array_equal(o, o24) and np.array_equal(s, s24), f"KDA_E_LDG={mode} must reproduce 24 bit for bit"
+        assert (label, "kdreg", {"KDA_E_LDG": mode}) in fast.PROBE_BUILDS
 
 
 def test_recurrence_bounds_lines_come_from_the_tables():

@@ -198,6 +198,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         // KDA_E_LDG: q, k, g from global memory, no staging tile; copy_in(n) only prefetches chunk n's boxes into L2
         constexpr bool LDG = KDA_E_LDG != 0;
         static_assert(!LDG || (TMA && !WY && NST == 1 && KDA_PROBE != 4), "KDA_E_LDG: 19-24's tensor-copy forms");
+        static_assert(KDA_E_LDG != 2 || !BF, "KDA_E_LDG=2: fp32 inputs");
         auto copy_in = [&](int n) {   // warp 4: this block's share of chunk n's rows, to every block
             if constexpr (LDG) {
                 if (e == 0)
@@ -250,9 +251,15 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 const bool in = t < TT;
                 if constexpr (LDG) {   // issued here, first used after the EMPTY wait below: their latency hides there
                     const long long at = kda_bthd(b, in ? t : 0, h, c, TT, H, K);
-                    xg[u] = in ? g[at] : TIn(0);
-                    xk[u] = in ? k[at] : TIn(0);
-                    xq[u] = in ? q[at] : TIn(0);
+                    if constexpr (KDA_E_LDG == 2) {   // fp32 only (above): no L1 allocation
+                        xg[u] = in ? kda_ldg_na(reinterpret_cast<const float*>(g) + at) : TIn(0);
+                        xk[u] = in ? kda_ldg_na(reinterpret_cast<const float*>(k) + at) : TIn(0);
+                        xq[u] = in ? kda_ldg_na(reinterpret_cast<const float*>(q) + at) : TIn(0);
+                    } else {
+                        xg[u] = in ? g[at] : TIn(0);
+                        xk[u] = in ? k[at] : TIn(0);
+                        xq[u] = in ? q[at] : TIn(0);
+                    }
                 } else {
                     xg[u] = in ? stg[(0 * C + tok0 + u) * K + c] : TIn(0);
                     xk[u] = in ? stg[(1 * C + tok0 + u) * K + c] : TIn(0);

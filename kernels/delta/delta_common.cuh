@@ -53,6 +53,18 @@ static __device__ __forceinline__ void kda_st4(float* p, float4 x) {
     *reinterpret_cast<float4*>(p) = x;
 }
 
+// A read-only load from global memory that allocates no L1 line (the line goes from L2 to the register): for
+// data read once, where an allocation would only evict others (14_chunk_state_multicast.cu, KDA_E_LDG=2).
+#ifndef KDA_HOST_EMULATION
+static __device__ __forceinline__ float kda_ldg_na(const float* p) {
+    float r;
+    asm volatile("ld.global.nc.L1::no_allocate.f32 %0, [%1];" : "=f"(r) : "l"(p));
+    return r;
+}
+#else   // the CPU model has no L1: a load
+static inline float kda_ldg_na(const float* p) { return *p; }
+#endif
+
 // Probe builds of the warp-specialised recurrences only (scripts/probe_delta_recurrence.py): in 10
 // and 12, KDA_PROBE=1 idles the consumers (they only hand the buffers back), KDA_PROBE=2 idles the
 // producers' arithmetic (copies and barriers stay), so the time of each side alone can be

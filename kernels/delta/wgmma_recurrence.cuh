@@ -154,9 +154,10 @@ static_assert(KDA_E_SHARE == 1 || KDA_E_SHARE == 2 || KDA_E_SHARE == 4, "KDA_E_S
 #ifndef KDA_E_LDG
 #define KDA_E_LDG 0   // build variant (19-24's tensor-copy forms, one staging tile; results the same): WG_E loads its
 #endif                // q, k, g from global memory into registers, each chunk's box prefetched into L2 by the copy
-                      // engine a chunk ahead, with no staging tile (1): the tile's landing and reads leave shared
-                      // memory; or lands them in the staging tile by tensor copies and reads them there (0, as built)
-static_assert(KDA_E_LDG == 0 || KDA_E_LDG == 1, "KDA_E_LDG: 0 (as built) or 1");
+                      // engine a chunk ahead, with no staging tile (1; 2: fp32 inputs, loads that allocate no L1
+                      // line): the tile's landing and reads leave shared memory; or lands them in the staging tile
+                      // by tensor copies and reads them there (0, as built)
+static_assert(KDA_E_LDG >= 0 && KDA_E_LDG <= 2, "KDA_E_LDG: 0 (as built), 1 or 2");
 
 #ifndef KDA_STAGE_RING
 #define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's

@@ -585,8 +585,11 @@ WY_WLOOP_PROBE = "25, W made a token at a time into all of a thread's rows (KDA_
 #: 24 with WG_E's q, k, g loaded from global memory, no staging tile (results 24's): whether the tile's shared-memory
 #: traffic (its landing and WG_E's reads of it) holds 24 back
 E_LDG_PROBE = "24, WG_E's q, k, g loaded from global memory, no staging tile (KDA_E_LDG=1; results 24's)"
+#: the same with loads that allocate no L1 line (a chunk's 48 KB of q, k, g read once would only evict)
+E_LDG_NA_PROBE = ("24, WG_E's q, k, g loaded from global memory without L1 allocation, no staging tile (KDA_E_LDG=2; "
+                  "results 24's)")
 #: probe builds whose results are their plain build's: set against it as faster, slower or within the noise
-SAME_RESULT_PROBES = (WY_WLOOP_PROBE, E_LDG_PROBE)
+SAME_RESULT_PROBES = (WY_WLOOP_PROBE, E_LDG_PROBE, E_LDG_NA_PROBE)
 #: 24 with each WG_E thread at a share of its tokens (KDA_E_SHARE; results meaningless): the bound on sharing WG_E's
 #: element-wise work over a cluster of that many value blocks, each making its share of every block's operands
 E_SHARE_PROBES = {n: f"24, WG_E at {part} of its tokens a thread (KDA_E_SHARE={n}; results meaningless)"
@@ -627,7 +630,7 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 ("25", "wy", {}), ("25 chain alone, WG_E arithmetic idle (KDA_PROBE=5)", "wy", {"KDA_PROBE": 5}),
                 (WY_NO_W_PROBE, "wy", {"KDA_WY_NO_W": 1}), (WY_WLOOP_PROBE, "wy", {"KDA_WY_WLOOP": 2}),
                 *((label, "kdreg", {"KDA_E_SHARE": n}) for n, label in E_SHARE_PROBES.items()),
-                (E_LDG_PROBE, "kdreg", {"KDA_E_LDG": 1}))
+                (E_LDG_PROBE, "kdreg", {"KDA_E_LDG": 1}), (E_LDG_NA_PROBE, "kdreg", {"KDA_E_LDG": 2}))
 
 
 #: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
