@@ -24,6 +24,11 @@
 // runs P1 then P4 with no X^T tile, barrier or P2 between them, as the chain would if W = T Kbg and U = T beta v
 // were made off it (V' = U - W S, lib/attnlab/delta/chunk.py); scripts/probe_delta_wy.py and notebook 13's probe
 // table time it beside 24.
+// Where the rest of 24's chunk goes beside the chain (notebook 13's Nsight Compute rows; the probe table's bounds):
+// KDA_E_SHARE=2 / 4 (results meaningless) give each WG_E thread a share of its tokens, the bound on sharing WG_E's
+// work over a cluster of that many value blocks; KDA_E_LDG=1 / 2 (results 24's) load WG_E's q, k, g from global
+// memory with no staging tile (each chunk's boxes prefetched into L2 a chunk ahead; 2: no L1 allocation), taking the
+// tile's landing and reads out of shared memory, whose load/store pipe is the busiest of 24's (the counters).
 //
 // Launch: 19's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output; shared memory
 // kernels.tile_smem_words). Requires sm_90a.
