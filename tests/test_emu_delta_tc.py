@@ -435,8 +435,9 @@ def test_e_share_probe_builds_run_and_take_effect(fake_cupy):
                          ids=["K128-T70-h0", "K64-T33-bv16", "K128-T1-h0"])
 def test_global_load_build_reproduces_24(fake_cupy, K, bv, T, init):
     """24's builds KDA_E_LDG=1 and 2 (fast.E_LDG_PROBE, E_LDG_NA_PROBE: WG_E reads q, k, g from global memory, no
-    staging tile, each chunk prefetched into L2 a chunk ahead; 2 with loads that allocate no L1 line) load the same values and does the same arithmetic: o and the final state are 24's
-    bit for bit (outputs poisoned, chunk tails, one token, an initial state), and 24's are held to float64."""
+    staging tile, each chunk prefetched into L2 a chunk ahead; 2 with loads that allocate no L1 line) load the same
+    values and do the same arithmetic: o and the final state are 24's bit for bit (outputs poisoned, chunk tails, one
+    token, an initial state), and 24's are held to float64."""
     from attnlab.delta import fast
     from attnlab.delta import kernels as dk
 

@@ -595,12 +595,13 @@ SAME_RESULT_PROBES = (WY_WLOOP_PROBE, E_LDG_PROBE, E_LDG_NA_PROBE)
 E_SHARE_PROBES = {n: f"24, WG_E at {part} of its tokens a thread (KDA_E_SHARE={n}; results meaningless)"
                   for n, part in ((2, "half"), (4, "a quarter"))}
 #: Probe builds timed beside the recurrences they change: (label, impl, defines; every impl one of :data:`TC_IMPLS`).
-#: Results meaningless (KDA_PROBE, KDA_P1_TERMS, KDA_NO_P2, KDA_WY_NO_W: :data:`MEANINGLESS_DEFINES`), times telling, but for
-#: :data:`KD_EARLY_PROBE`, whose results are 24's. 10: each side alone; 13: no input copies after chunk 0, WG_E's
+#: Results meaningless (KDA_PROBE, KDA_P1_TERMS, KDA_NO_P2, KDA_WY_NO_W, KDA_E_SHARE: :data:`MEANINGLESS_DEFINES`), times
+#: telling, but for :data:`KD_EARLY_PROBE` and :data:`SAME_RESULT_PROBES`, whose results are their plain build's. 10: each side alone; 13: no input copies after chunk 0, WG_E's
 #: arithmetic idle; 14's forms in the ladder beside them (bulk copies, tensor copies), and the same two probes of its
 #: tensor-copy form; 15-24: their chains alone and other parts taken away; 24 and 22 on fp32 images with the WY form's
 #: chain (:data:`WY_PROBE`); 25, its chain alone and without WG_E's W product (:data:`WY_NO_W_PROBE`); 24 with WG_E at
-#: a share of its tokens (:data:`E_SHARE_PROBES`) and with its inputs loaded from global memory (:data:`E_LDG_PROBE`).
+#: a share of its tokens (:data:`E_SHARE_PROBES`) and with its inputs loaded from global memory (:data:`E_LDG_PROBE`,
+#: :data:`E_LDG_NA_PROBE`).
 PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean", {"KDA_PROBE": 1}),
                 ("10 consumers alone (KDA_PROBE=2)", "lean", {"KDA_PROBE": 2}),
                 ("13", "wgmma", {}), ("13 without input copies after chunk 0 (KDA_PROBE=4)", "wgmma", {"KDA_PROBE": 4}),
