@@ -219,15 +219,18 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     """KDA_P1_LDA and KDA_P4_LDA (scripts/probe_delta_lda.py) load P1's and P4's A operands from their shared-memory
     tiles into registers by ldmatrix and issue the same products in the same order, KDA_PREP_ALIAS=0 runs 07 on
     fp32 inputs in its earlier layout (the late arrays in their own space), KDA_KD_EARLY has 24 hand its operand buffer
-    back before P4, and KDA_STAGE_RING gives 23's element-wise warpgroup two staging tiles: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22, fp32 and bf16 inputs)
-    must write the recorded build's o and final state bit for bit. Three chunks
+    back before P4, and KDA_STAGE_RING gives 23's element-wise warpgroup two staging tiles; KDA_PREP_LEAN (a build of
+    its own, 07 in its recorded layout) steps one offset a row for 07's and 21's loads and has 07 store Aqk during the
+    inverse, its zero blocks written by the copy out: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22,
+    fp32 and bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
     and a tail with an initial state, so that P1 multiplies a nonzero state and P4's update is read back (a
     fragment from the wrong rows, channels or hi / lo half is 1e-3 or more away)."""
     B, T, H = 1, 70, 2
     x = random_inputs(B, T, H, K, V, seed=5 + K + BV, gate="mixed", initial_state=True)
     outs = {}
     for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=0",
-                                                       "-DKDA_KD_EARLY=1", "-DKDA_STAGE_RING=1"))):
+                                                       "-DKDA_KD_EARLY=1", "-DKDA_STAGE_RING=1")),
+                          ("lean", ("-DKDA_PREP_LEAN=1",))):   # 07 in its aliased layout (ALIAS=0 above is not)
         d = tmp_path / name
         d.mkdir()
         for n in ("q", "k", "v", "g", "beta"):
@@ -239,9 +242,10 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
         outs[name] = {p.name: p.read_bytes() for p in d.iterdir() if p.name.endswith(("_o", "_ht"))}
     for tag in ("tl", "tlb", "pr", "prb", "dt", "wg", "sgb", "hl", "kr", "krb"):   # 19, 22 (both inputs), 15, 13, 17, 23, 24
         assert f"{tag}_o" in outs["recorded"], f"the harness no longer writes {tag}_o"
-    assert outs["probe"].keys() == outs["recorded"].keys()
-    differ = sorted(n for n in outs["recorded"] if outs["probe"][n] != outs["recorded"][n])
-    assert not differ, f"register-operand probe builds differ from the recorded builds in {differ}"
+    for probe in ("probe", "lean"):
+        assert outs[probe].keys() == outs["recorded"].keys()
+        differ = sorted(n for n in outs["recorded"] if outs[probe][n] != outs["recorded"][n])
+        assert not differ, f"{probe} builds differ from the recorded builds in {differ}"
     ref_o, _ = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
     o19 = np.frombuffer(outs["probe"]["tl_o"], np.float32).reshape(B, T, H, V)
     assert rel(o19, ref_o) < TOL   # and what they reproduce is right
@@ -628,6 +632,34 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
         dk.prepare_tc(**d, impl="tile", defines={"KDA_STAGE_RING": 1})
     with pytest.raises(ValueError, match="probe builds of 07"):
         dk.prepare_tc(**d, impl="pre", prep_defines={"KDA_PREP_ALIAS": 1})
+
+
+def test_lean_prep_probe_through_the_launcher(fake_cupy):
+    """scripts/probe_delta_prep.py's forms of 07 through kda_tc's launch path on the CPU model (a tail chunk, an odd
+    head count): the probe build's define reaches 07's build, and 07 -> 24 writes the recorded build's o and final state
+    bit for bit (bf16 inputs: the harness's test above, whose lean build runs 07 -> 24 on both)."""
+    import sys
+
+    from attnlab.delta import kernels as dk
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import probe_delta_prep
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    cp = fake_cupy
+    x = random_inputs(1, 45, 3, 64, 64, seed=13, initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    assert probe_delta_prep.FORMS[0] == ("recorded", None) and len(probe_delta_prep.FORMS) == 2
+    ref = None
+    for form, prep_defines in probe_delta_prep.FORMS:
+        plan = dk.prepare_tc(**d, output_final_state=True, impl="kdreg", prep_defines=prep_defines)
+        assert plan.kernels["prep"].defines == (prep_defines or {})
+        plan.poison()
+        o, s = (a.get() for a in plan.run())
+        ref = ref or (o, s)
+        assert np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]), form
+    assert rel(ref[0], kda_recurrent_fp64(**x, output_final_state=True)[0]) < TOL
 
 
 def test_latency_table_times_the_fp32_images_beside_the_ladder(fake_cupy, monkeypatch):

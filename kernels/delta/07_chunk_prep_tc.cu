@@ -47,6 +47,12 @@
 #endif                     // built), or (probe build; results valid) the late arrays in their own space and three (0)
 static_assert(KDA_PREP_ALIAS == 0 || KDA_PREP_ALIAS == 1, "KDA_PREP_ALIAS: 1 (as built) or 0 (probe)");
 
+#ifndef KDA_PREP_LEAN
+#define KDA_PREP_LEAN 0   // probe build (07 and 21; results 07's, bit for bit): each row's loads from one offset stepped a row
+#endif                    // at a time, with no branch; the zero blocks written as zeros by the copy out; on 07 without A2
+                          // (08-12, 25), Aqk's words stored while warp 0 inverts (1); or as recorded (0)
+static_assert(KDA_PREP_LEAN == 0 || KDA_PREP_LEAN == 1, "KDA_PREP_LEAN: 0 (as built) or 1 (probe)");
+
 template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (07; 21 on bf16)
 struct KdaPrepLayout {
     static constexpr bool AL = ALIAS;
@@ -138,15 +144,30 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         // ii + 1 is loaded makes each row wait for the last (on the bf16 path the widening sat inside
         // each row's branch: Nsight Compute counted 3.5x fp32's long-scoreboard stalls per issue)
         typename KdaRaw2<BF>::T xg[RPG];
+        if constexpr (KDA_PREP_LEAN) {
+            // one offset stepped a row (H K elements) at a time, no branch: rows past T re-read the last row (a group
+            // with none in range, row 0 of the chunk) and are zeroed after their loads
+            const long long left = TT - (t0 + r0), rs = (long long)H * K;
+            long long o = kda_bthd(b, left > 0 ? t0 + r0 : t0, h, c0, TT, H, K);
 #pragma unroll
-        for (int ii = 0; ii < RPG; ++ii) {
-            const long long tt = t0 + r0 + ii;
-            xg[ii] = xq[ii] = xk[ii] = kda_raw2_zero<BF>();
-            if (tt < TT) {
-                const long long o = kda_bthd(b, tt, h, c0, TT, H, K);
-                xg[ii] = kda_raw2<BF>(g + o);
-                xq[ii] = kda_raw2<BF>(q + o);
-                xk[ii] = kda_raw2<BF>(k + o);
+            for (int ii = 0; ii < RPG; ++ii) {
+                xg[ii] = kda_raw2<BF>(g + o); xq[ii] = kda_raw2<BF>(q + o); xk[ii] = kda_raw2<BF>(k + o);
+                if (ii + 1 < left) o += rs;
+            }
+#pragma unroll
+            for (int ii = 0; ii < RPG; ++ii)
+                if (ii >= left) xg[ii] = xq[ii] = xk[ii] = kda_raw2_zero<BF>();
+        } else {
+#pragma unroll
+            for (int ii = 0; ii < RPG; ++ii) {
+                const long long tt = t0 + r0 + ii;
+                xg[ii] = xq[ii] = xk[ii] = kda_raw2_zero<BF>();
+                if (tt < TT) {
+                    const long long o = kda_bthd(b, tt, h, c0, TT, H, K);
+                    xg[ii] = kda_raw2<BF>(g + o);
+                    xq[ii] = kda_raw2<BF>(q + o);
+                    xk[ii] = kda_raw2<BF>(k + o);
+                }
             }
         }
         float run0 = 0.f, run1 = 0.f;
@@ -296,7 +317,20 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
 
     // ---- T = (I + Akk)^-1: warp 0 inverts both diagonal blocks (lane = column j of block bb;
     // right-looking substitution, a 16-FMA dependent chain), then all threads form T10 = -T11 A10 T00.
-    if (L::AL && warp != 0) {   // meanwhile (ALIAS): the upper-right 16 x 16 block of each output array (read by the copy out only)
+    // LEAN: quad idx of arrays a0, a0 + 1, ... to global memory, the upper-right 16 x 16 block (rows < 16, quads
+    // >= 2) as zeros, not read from shared memory (never written there)
+    auto copy_out = [&](int a0, int idx) {
+        constexpr int QW = C / 8;   // 16-byte quads per row of an output array
+        unsigned* out = TA + (((long long)b * H + h) * NC + n) * (4LL * C * (C / 2));
+        const int arr = a0 + idx / (C * QW), r = (idx / QW) % C, qd = idx % QW;
+        U4 w = {0u, 0u, 0u, 0u};
+        if (r >= 16 || qd < QW / 2) w = *reinterpret_cast<const U4*>(TH + arr * C * LC + r * LC + 4 * qd);
+        *reinterpret_cast<U4*>(out + (arr * C + r) * (C / 2) + 4 * qd) = w;
+    };
+    if (KDA_PREP_LEAN && !A2) {   // meanwhile: Aqk's hi and lo words are final; warps 1.. store them
+        if (warp != 0)
+            for (int idx = tid - 32; idx < 2 * C * (C / 8); idx += NTH - 32) copy_out(2, idx);
+    } else if (L::AL && warp != 0) {   // meanwhile (ALIAS): the upper-right 16 x 16 block of each output array (read by the copy out only)
         for (int idx = tid - 32; idx < 4 * 16 * 8; idx += NTH - 32) {
             const int arr = idx / 128, r = (idx / 8) % 16, w = idx % 8;
             TH[arr * C * LC + r * LC + 8 + w] = 0u;
@@ -379,12 +413,17 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         KDA_PH(10);
     }
     // ---- out: the four C x C/2 word arrays, 16 bytes per thread and step
-    unsigned* out = TA + (((long long)b * H + h) * NC + n) * (4LL * C * (C / 2));
-    constexpr int QW = C / 8;   // 16-byte quads per row
-    for (int idx = tid; idx < 4 * C * QW; idx += NTH) {
-        const int arr = idx / (C * QW), r = (idx / QW) % C, qd = idx % QW;
-        const unsigned* src = TH + arr * C * LC + r * LC + 4 * qd;
-        *reinterpret_cast<U4*>(out + (arr * C + r) * (C / 2) + 4 * qd) = *reinterpret_cast<const U4*>(src);
+    if constexpr (KDA_PREP_LEAN) {   // without A2 T's two: Aqk's went out during the inverse
+#pragma unroll
+        for (int idx = tid; idx < (A2 ? 4 : 2) * C * (C / 8); idx += NTH) copy_out(0, idx);
+    } else {
+        unsigned* out = TA + (((long long)b * H + h) * NC + n) * (4LL * C * (C / 2));
+        constexpr int QW = C / 8;   // 16-byte quads per row
+        for (int idx = tid; idx < 4 * C * QW; idx += NTH) {
+            const int arr = idx / (C * QW), r = (idx / QW) % C, qd = idx % QW;
+            const unsigned* src = TH + arr * C * LC + r * LC + 4 * qd;
+            *reinterpret_cast<U4*>(out + (arr * C + r) * (C / 2) + 4 * qd) = *reinterpret_cast<const U4*>(src);
+        }
     }
     KDA_PH(11);
     if constexpr (OPS) {   // 21 beside 22 (epoch > 0): the chunk is published (ops_image.cuh)

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""GPU probe: 07 (the pair products and the inverse) in its probe build KDA_PREP_LEAN against the recorded build.
+
+    PYTHONPATH=lib python scripts/probe_delta_prep.py [--T 4096 16384] [--rounds 2] [--out DIR]
+
+Nsight Compute's per-instruction view of 07 (scripts/ncu_source.py delta:kdreg:4096:prep, not recorded) put about a
+quarter of its issued instructions before its first barrier, most of them 64-bit address arithmetic and the
+branches of the per-row bounds checks around 24 loads a thread, and about a sixth of its warps' stall samples at the
+barrier behind warp 0's inverse. KDA_PREP_LEAN steps one offset a row with no branch (rows past T re-read the last
+row and are zeroed) and writes the zero blocks as zeros in the copy out; on 07 without A2 (not 24's: 24 reads A2 = Aqk
+T) it also has warps 1-7 store Aqk's words while warp 0 inverts. Same arithmetic: its outputs are the recorded build's bit for bit
+(tests/test_emu_delta_tc.py on the CPU model; here o and the final state of 07 -> 24 are compared too).
+
+At B=2, H=16, K=V=128, fp32 and bf16 inputs, each T: 07 alone and 07 -> 24, recorded and probe builds in turn,
+--rounds times (drift shows as a difference between rounds). Writes probe_prep.csv to --out (default $OUT or /tmp)
+after each case (a temporary file, then a rename). Not a recorded run: notebook 13 records what the lab quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnlab.results import write_csv_atomic
+from attnlab.delta import fast
+from attnlab.delta import kernels as dk
+from attnlab.delta.bench import _timed, device_inputs
+
+#: (form, 07's defines)
+FORMS = (("recorded", None), ("KDA_PREP_LEAN=1", {"KDA_PREP_LEAN": 1}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--budget", type=float, default=0.3, help="seconds of timing per entry")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    a = ap.parse_args()
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    B, H, K, V = 2, 16, 128, 128
+    rows = []
+    for T in a.T:
+        _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
+        for io in ("fp32", "bf16"):
+            x = fast.bf16_inputs(d) if io == "bf16" else {n: d[n] for n in ("q", "k", "v", "g", "beta")}
+            host = (lambda y: y.float().cpu().numpy()) if io == "bf16" else (lambda y: y.get())
+            plans, ref = {}, None
+            for form, pd_ in FORMS:
+                p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl="kdreg",
+                                  prep_defines=pd_)
+                p.poison()
+                o, s = p.run()
+                o, s = host(o), s.get()
+                ref = ref or (o, s)
+                same = bool(np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]))
+                print(f"T={T} {io} {form}: o and final state {'equal to' if same else 'DIFFER from'} the recorded build's",
+                      flush=True)
+                plans[form] = (p, same)
+            for rnd in range(a.rounds):
+                for form, (p, same) in plans.items():
+                    for st, stage in (((1,), "07"), ((1, 2), "all")):
+                        rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation="07+24",
+                                           io=io, form=form, T=T, stage=stage, round=rnd, same_as_recorded=same))
+            write_csv_atomic(pd.DataFrame(rows), Path(a.out) / "probe_prep.csv")
+            del plans
+        del d
+    df = pd.DataFrame(rows)
+    piv = df.pivot_table(index=["T", "io", "stage", "round"], columns="form", values="median_ms", sort=False)
+    piv["ratio"] = piv["recorded"] / piv["KDA_PREP_LEAN=1"]
+    print(piv.to_string())
+
+
+if __name__ == "__main__":
+    main()
