@@ -56,6 +56,18 @@ CASES = [  # B, T, H, gate, initial state
 ]
 
 
+def _script(name: str):
+    """A module of scripts/ (a probe's forms and defines, imported as the script itself uses them)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
 def rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if not np.all(np.isfinite(a)):
@@ -504,11 +516,7 @@ def test_probe_delta_wy_script_under_cpu_emulation(fake_cupy, monkeypatch, tmp_p
 
     from attnlab.delta import fast
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import probe_delta_wy
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    probe_delta_wy = _script("probe_delta_wy")
 
     def timed(fn, budget_s, **row):
         fn()
@@ -582,15 +590,9 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
     (fp32 inputs) writes the recorded build's o and final state bit for bit, and the defines do reach the build
     (KDA_P1_TERMS=1, which drops P1's lo terms, changes o): the comparison is not between two identical builds.
     07's probe build (KDA_PREP_ALIAS=0, 19's forms) is launched with its earlier layout's shared memory."""
-    import sys
-
     from attnlab.delta import kernels as dk
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import probe_delta_lda
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    probe_delta_lda = _script("probe_delta_lda")
     cp = fake_cupy
     x = random_inputs(1, 70, 2, 64, 64, seed=3, initial_state=True)
     d = {n: cp.asarray(a) for n, a in x.items()}
@@ -638,15 +640,9 @@ def test_lean_prep_probe_through_the_launcher(fake_cupy):
     """scripts/probe_delta_prep.py's forms of 07 through kda_tc's launch path on the CPU model (a tail chunk, an odd
     head count): the probe build's define reaches 07's build, and 07 -> 24 writes the recorded build's o and final state
     bit for bit (bf16 inputs: the harness's test above, whose lean build runs 07 -> 24 on both)."""
-    import sys
-
     from attnlab.delta import kernels as dk
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import probe_delta_prep
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    probe_delta_prep = _script("probe_delta_prep")
     cp = fake_cupy
     x = random_inputs(1, 45, 3, 64, 64, seed=13, initial_state=True)
     d = {n: cp.asarray(a) for n, a in x.items()}
