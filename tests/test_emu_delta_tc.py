@@ -656,6 +656,57 @@ def test_lean_prep_probe_through_the_launcher(fake_cupy):
     assert rel(ref[0], kda_recurrent_fp64(**x, output_final_state=True)[0]) < TOL
 
 
+@pytest.mark.parametrize("K, V, bv, T, slots", [(64, 64, 32, 300, None), (64, 64, 16, 75, None), (128, 128, 32, 40, None),
+                                                (64, 64, 16, 300, 4)],
+                         ids=["K64V64BV32-ring-reused", "K64V64BV16-four-makers", "K128V128BV32", "K64V64BV16-eager-4-slots"])
+def test_share_recurrence_reproduces_24_under_cpu_emulation(fake_cupy, monkeypatch, K, V, bv, T, slots):
+    """26 ("share") through kda_tc's launch path on the CPU model, a head's blocks run together: each block's maker
+    makes every (V / bv)-th chunk's image into the head's ring, every block's producer warp lands every chunk from it.
+    The images are 19's operand buffers made by 19's arithmetic and the chain is 19's: o and the final state are 24's
+    (19's) bit for bit, here with a tail chunk, an initial state, an odd head count and (T = 300: ten chunks) the
+    ring's slots each taken again once the head's blocks have acknowledged them. The last case runs a ring of four
+    slots (KDA_SHARE_SLOTS=4, a build of its own) with every fiber run as far as it can (EMU_FIBER_ORDER=eager, read by
+    the build's first launch): a maker that refilled a slot before every block had acknowledged it would overwrite an
+    image that a block has yet to land (round-robin order moves the blocks in step and hides that). Two calls on one
+    plan (a new epoch each) give the same results."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, T, 3, K, V, seed=17 + T, gate="mixed", initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    if slots:
+        monkeypatch.setenv("EMU_FIBER_ORDER", "eager")
+    plan = dk.prepare_tc(**d, output_final_state=True, impl="share", bv=bv,
+                         defines={"KDA_SHARE_SLOTS": slots} if slots else None)
+    assert plan.launch_configs()["state"]["block"] == (dk.SHARE_THREADS, 1, 1)
+    plan.poison()
+    o, s = (a.get() for a in plan.run())
+    o24, s24 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv).run())
+    assert np.array_equal(o, o24) and np.array_equal(s, s24), (rel(o, o24), rel(s, s24))
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL
+    epoch = plan.epoch
+    o2, s2 = (a.get() for a in plan.run())
+    assert plan.epoch == epoch + 1 and np.array_equal(o2, o) and np.array_equal(s2, s)
+
+
+def test_share_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
+    """26's one-line errors: bf16 inputs (no bf16 maker), and a grid that cannot be resident at once (its blocks wait
+    for each other's chunks)."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(2, 40, 2, 64, 64, seed=3)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    assert dk.share_resident(2, 16, 128, 32, 132) and not dk.share_resident(2, 17, 128, 32, 132)
+    monkeypatch.setattr(dk, "share_resident", lambda *a: False)
+    with pytest.raises(ValueError, match=r"impl='share' \(26\) needs all of its B \* H \* V / bv = 16 blocks resident"):
+        dk.prepare_tc(**d, impl="share", bv=16)
+    monkeypatch.setattr(dk, "_is_torch_bf16", lambda a: True)   # bf16 inputs as the launcher sees them
+    with pytest.raises(ValueError, match=r"impl='share' \(26, .*\) runs on fp32 inputs only: .*; pass impl='pre'"):
+        dk.prepare_tc(**d, impl="share")
+
+
 def test_latency_table_times_the_fp32_images_beside_the_ladder(fake_cupy, monkeypatch):
     """fast.time_latency under the CPU model (each entry's call run once, its time a stand-in): 21 -> 22 on fp32
     inputs gets its call, each kernel alone and (where the launcher runs them side by side) the pair one after the

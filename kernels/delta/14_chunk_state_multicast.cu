@@ -88,6 +88,64 @@
 #define KDA_STAGE_RELEASE 1   // WG_E's staging tile released behind a proxy fence (kda_mc_body; 0: probe, without)
 #endif
 
+#ifndef KDA_SHARE_SLOTS
+#define KDA_SHARE_SLOTS 8   // 26: images in each head's ring (a slot takes chunk n + KDA_SHARE_SLOTS once every block
+#endif                      // of the head has copied chunk n)
+static_assert(KDA_SHARE_SLOTS >= 4, "26's ring: at least four slots");
+
+// 26's maker warpgroup (the block's threads 160 .. 287): block r of a head makes the chunks n = r, r + V / BV, ...
+// of the head's operand images, 19's element-wise arithmetic (kda_wg_operands, MAKE) from a staging tile that one
+// tensor copy per array lands a made chunk ahead, and stores each image to the head's ring in global memory: into
+// slot n % KDA_SHARE_SLOTS once every block of the head has acknowledged chunk n - KDA_SHARE_SLOTS there, then
+// published by the chunk's made flag (the call's epoch; a release at GPU scope by one thread after the warpgroup's
+// barrier, as 21 publishes its images). Every block's producer warp lands every chunk from the ring (22's loop).
+template <class L, int K, int V, int C, int BV>
+static __device__ __forceinline__ void kda_share_maker(const KdaWgCtx<L>& cx, float* smem_f, unsigned full_t,
+                                                       const TmaMap* const* maps, unsigned char* ring, int* made,
+                                                       int* acks, int epoch, int T, int H, float scale, float* ht) {
+    // 19's layout, one element-wise warpgroup: the same offsets as 26's for everything the maker touches
+    using LM = KdaWgLayout<K, V, C, BV, false, 6, 1, true, 2, true, false, false, true, 128>;
+    static_assert(LM::OFF_TOT == L::OFF_TOT && LM::OFF_STG == L::OFF_STG && LM::STG_BYTES == L::STG_BYTES &&
+                  LM::KD_BYTES == L::KD_BYTES && LM::KQ_BYTES == L::KQ_BYTES && LM::IMG_BYTES == L::IMG_BYTES &&
+                  LM::SMEM_BYTES == L::SMEM_BYTES, "26's maker works in 19's layout");
+    const KdaWgCtx<LM> cm = kda_wg_ctx<LM>(smem_f, T, H);
+    constexpr int NB = V / BV, TPT = C / LM::TPC;
+    constexpr unsigned ROW = K * 4, TILE = 3 * C * ROW;
+    const int e = cx.tid - 160, c = e % K, tok0 = (e / K) * TPT, h = cx.h, b = cx.b, NC = cx.NC;
+    const long long TT = cx.TT, bh = cx.bh;
+    const float* const stg = reinterpret_cast<const float*>(cx.sm + L::OFF_STG);
+    auto copy_in = [&](int m) {   // chunk m's g, k, q: one box of K channels x C tokens per array
+        if (e != 0) return;
+        mbar_arrive_expect_tx(full_t, TILE);
+        for (int ar = 0; ar < 3; ++ar) tma_load_4d(cx.base + L::OFF_STG + ar * C * ROW, maps[ar], 0, h, m * C, b, full_t);
+    };
+    const int r = blockIdx.x;
+    if (r < NC) copy_in(r);
+    int phase = 0;
+    for (int m = r; m < NC; m += NB, phase ^= 1) {
+        mbar_wait(full_t, phase);
+        float xg[TPT], xk[TPT], xq[TPT];
+#pragma unroll
+        for (int u = 0; u < TPT; ++u) {
+            const bool in = (long long)m * C + tok0 + u < TT;
+            xg[u] = in ? stg[(0 * C + tok0 + u) * K + c] : 0.f;
+            xk[u] = in ? stg[(1 * C + tok0 + u) * K + c] : 0.f;
+            xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : 0.f;
+        }
+        fence_proxy_async();   // the tile read (as 14's WG_E releases its tile) before the next copy lands in it
+        named_bar_sync(KdaWgBars::PROD, 128);
+        if (m + NB < NC) copy_in(m + NB);
+        if (m >= KDA_SHARE_SLOTS) {   // every block of the head is done with the slot's last chunk
+            if (e < NB) kda_wait_flag(acks + (bh * NC + m - KDA_SHARE_SLOTS) * NB + e, epoch);
+            named_bar_sync(KdaWgBars::PROD, 128);
+        }
+        unsigned char* const img = ring + (bh * KDA_SHARE_SLOTS + m % KDA_SHARE_SLOTS) * (long long)L::IMG_BYTES;
+        kda_wg_operands<LM, TPT, true>(cm, m, xg, xk, xq, 0.f, scale, ht, img);
+        named_bar_sync(KdaWgBars::PROD, 128);   // every thread's stores of the image before the release
+        if (e == 0) kda_flag_release(made + bh * NC + m, epoch);
+    }
+}
+
 // The kernel body of every form: CL blocks per cluster, WG_C's copies as cp.async pieces, row bulk
 // copies or one bulk and one tensor copy (SLOT 0, 1, 2: kda_wg_chain), the tile as three tensor copies
 // (TMA; maps: g, k, q, and v and 07's output for SLOT 2; CL = 1), three Kd^T buffers (NKD = 3),
@@ -98,7 +156,7 @@
 // and P4's A operand loaded into registers while P2 runs (P4R: 24).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
           bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false, bool HILO = false,
-          bool P4R = false, bool WY = false>
+          bool P4R = false, bool WY = false, bool SHR = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -106,7 +164,10 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             const float* __restrict__ h0, typename KdaIn<BF>::T* __restrict__ o, float* __restrict__ ht,
             int T, int H, float scale, const TmaMap* const* maps,
             const unsigned char* __restrict__ ops = nullptr,   // PRE: 21's images [B, H, NC, image bytes],
-            const int* __restrict__ ready = nullptr, int epoch = 0) {   // its ready flags, the call's epoch (0: none)
+            const int* __restrict__ ready = nullptr, int epoch = 0,     // its ready flags, the call's epoch (0: none)
+            unsigned char* __restrict__ ring = nullptr,   // SHR (26): the head's ring of KDA_SHARE_SLOTS images,
+            int* __restrict__ made = nullptr,             // each chunk's made flag [B, H, NC] and its blocks'
+            int* __restrict__ acks = nullptr) {           // acknowledgements [B, H, NC, V / BV] (the call's epoch)
     static_assert(!TMA || CL == 1, "the tensor-copy form runs without a cluster");
     static_assert(SLOT != 2 || TMA, "WG_C's tensor copies come with the tensor-copy form");
     static_assert(KDA_PROBE != 5 || NKD == 2, "probe 5 hands buffers over as NKD = 2 does");
@@ -115,9 +176,10 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     // 13's layout; mbarriers FULL_T, EMPTY_T, WG_C's two slots (PRE: no staging tile, and the operand buffers' two;
     // the ring: the second staging tile's)
     // staging tiles: one, or (23's probe build KDA_STAGE_RING=1) two, each chunk's copy issued two chunks ahead
-    constexpr int NST = PRE ? 0 : (HILO && KDA_STAGE_RING) ? 2 : 1;
+    constexpr int NST = PRE ? (SHR ? 1 : 0) : (HILO && KDA_STAGE_RING) ? 2 : 1;
     using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO,
-                          P4R, WY>;
+                          P4R, WY, SHR>;
+    static_assert(!SHR || (TMA && CL == 1 && SMA && DIET && KDA_PROBE == 0), "26: 22's tensor-copy form");
     static_assert(!WY || (TMA && CL == 1 && NST == 1 && KDA_PROBE != 4), "25: 24's tensor-copy form, one staging tile");
     static_assert(NST < 2 || (TMA && CL == 1 && KDA_PROBE != 4), "the staging ring: tensor copies, no cluster, copies on");
     static_assert(!PRE || (KDA_PROBE == 0 || KDA_PROBE == 3), "22 has no element-wise warpgroup to probe");
@@ -148,7 +210,10 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     if constexpr (CL > 1) cluster_sync();   // every block's barriers exist before any copy or remote arrival
     else __syncthreads();
 
-    if (warp >= 4) {
+    if (SHR && warp >= 5) {
+        // ====================================================== 26: the maker, a share of the head's chunks
+        if constexpr (SHR) kda_share_maker<L, K, V, C, BV>(cx, smem_f, full_t, maps, ring, made, acks, epoch, T, H, scale, ht);
+    } else if (warp >= 4) {
       if constexpr (PRE) {
         // ====================================================== 22: one warp lands 21's output, two chunks ahead
         // Buffer and slot n & 1 take chunk n once WG_C is done with chunk n - 2 (its EMPTY arrival after P4, when
@@ -160,12 +225,14 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         // they held each chunk's copy back about half a microsecond beside 21's blocks,
         // scripts/probe_delta_timeline.py).
         const unsigned opbar = full_t + 32;
-        const unsigned char* const img = ops + cx.bh * NC * (long long)L::IMG_BYTES;
+        const unsigned char* const img = SHR ? nullptr : ops + cx.bh * NC * (long long)L::IMG_BYTES;
         KDA_TL(unsigned long long* const tlw = kda_tl_state_words(ready, H, NC);
                unsigned long long tl_wait = 0, tl_nwait = 0;
                if (lane == 0) { tlw[0] = kda_gtime(); tlw[2] = kda_smid(); })
         for (int n = 0; n < NC; ++n) {
-            if (lane == 0 && epoch > 0) {
+            if constexpr (SHR) {   // 26: chunk n's maker (block n % (V / BV) of the head) has published it
+                if (lane == 0) kda_wait_flag(made + cx.bh * NC + n, epoch);
+            } else if (lane == 0 && epoch > 0) {
                 KDA_TL(const unsigned long long tl_a = kda_gtime();
                        if (n % 64 == 0 && n / 64 < KDA_TL_W - 7) tlw[5 + n / 64] = tl_a;
                        if (((volatile const int*)ready)[cx.bh * NC + n] != epoch) ++tl_nwait;)
@@ -174,10 +241,14 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             }
             __syncwarp();
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);
+            if (SHR && n >= 2 && lane == 0)   // 26: chunk n - 2 is copied and read here: its ring slot may take another
+                kda_flag_release(acks + (cx.bh * NC + n - 2) * (V / BV) + blockIdx.x, epoch);
             if (lane == 0) {
                 KDA_TL(if (epoch == 0 && n % 64 == 0 && n / 64 < KDA_TL_W - 7) tlw[5 + n / 64] = kda_gtime();)
                 mbar_arrive_expect_tx(opbar + 8 * (n & 1), L::IMG_BYTES);
-                bulk_copy(cx.base + cx.opb(n), img + n * (long long)L::IMG_BYTES, L::IMG_BYTES, opbar + 8 * (n & 1));
+                bulk_copy(cx.base + cx.opb(n),   // 26: from the ring slot of chunk n
+                          SHR ? ring + (cx.bh * KDA_SHARE_SLOTS + n % KDA_SHARE_SLOTS) * (long long)L::IMG_BYTES
+                              : img + n * (long long)L::IMG_BYTES, L::IMG_BYTES, opbar + 8 * (n & 1));
                 kda_slot_tma<L>(cx, n, maps[3], maps[4]);
             }
         }

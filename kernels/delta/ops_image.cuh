@@ -36,10 +36,17 @@ static __device__ __forceinline__ void kda_wait_ready(const int* flag, int value
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
 }
+// 26: a flag that another block of the same kernel sets (its blocks all resident: the launcher's check)
+static __device__ __forceinline__ void kda_wait_flag(const int* flag, int value) { kda_wait_ready(flag, value); }
 #else   // the CPU model runs 21 to its end before 22 starts: a flag not yet set is a bug
 static inline void kda_flag_release(int* flag, int value) { *flag = value; }
 static inline void kda_wait_ready(const int* flag, int value) {
     if (*flag != value) { std::fprintf(stderr, "22 read a chunk that 21 has not published\n"); std::abort(); }
+}
+// 26's blocks run together (a head's blocks as one cluster of fibers): the waiter lets the others run until the
+// flag is set; if nobody can set it, the model reports a deadlock
+static inline void kda_wait_flag(const int* flag, int value) {
+    while (*static_cast<const volatile int*>(flag) != value) emu_yield();
 }
 #endif
 

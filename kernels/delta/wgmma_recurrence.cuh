@@ -14,7 +14,7 @@
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
           int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128,
-          bool PRE_ = false, bool HILO_ = false, bool P4R_ = false, bool WY_ = false>
+          bool PRE_ = false, bool HILO_ = false, bool P4R_ = false, bool WY_ = false, bool SHR_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -26,6 +26,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
                        // P4R_: P4's A, Kd^T, from registers, loaded by ldmatrix while P2 runs (24)
                        // WY_: the WY form's chain (25): WG_E makes W = T Kbg into P1's A tile, WG_C's P1 also
                        // adds U = T beta v from a beta v^T tile, and no P2 stands between P1 and P4
+                       // SHR_: 22's chain and producer warp, the images made in the kernel (26): a maker warpgroup
+                       // after the producer warp (not counted in NE / NTH, the hand-overs' threads) makes a share
+                       // of the head's chunks from a staging tile (NST = 1)
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19), two (20), a warp (22)
@@ -42,6 +45,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int LC = DENSE ? C / 2 : C / 2 + 4;   // words per T / A2 row (padded: ldmatrix conflict-free)
     static constexpr int LV = DENSE ? BV : BV + 8;         // elements per v row
     static constexpr bool PRE = PRE_;                     // 22: the operand buffers are 21's images
+    static constexpr bool SHR = SHR_;                     // 26: ... made by the head's blocks in turn
     static_assert(!PRE || (SMA && NKD_ == 2 && DENSE && NE_ == 32),
                   "22: 19's loop on tensor-copied slots, two operand buffers, one producer warp");
     static constexpr bool FOLD = PRE && ONE;              // 22 on bf16 inputs: Kd^T hi only, K = 128's two m64 tiles folded
@@ -98,8 +102,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int OFF_MBAR = OFF_XK + XK_BYTES;          // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int IMG_BYTES = KD_BYTES + KQ_BYTES + K * 4;   // 22: one chunk's image (ops_image.cuh)
-    static_assert(!PRE || (NMBAR >= 6 && NST == 0 && IMG_BYTES == kda_ops_image_bytes(K, !ONE)),
-                  "22: no staging tile, the operand buffers' mbarriers after the slots', 21's image");
+    static_assert(!PRE || (NMBAR >= 6 && NST == (SHR ? 1 : 0) && IMG_BYTES == kda_ops_image_bytes(K, !ONE)),
+                  "22: no staging tile (26: its maker's), the operand buffers' mbarriers after the slots', 21's image");
+    static_assert(!SHR || (PRE && !ONE && !BF), "26: 22's loop on fp32 inputs");
     static constexpr int SMEM_BYTES = BYTES + 1024;             // launch size: room to align the base
     static_assert(ST_BYTES % 1024 == 0 && (BV * 128) % 1024 == 0 && KD_BYTES % 1024 == 0 && SLOT_BYTES % 16 == 0,
                   "tiles must stay aligned");
@@ -246,21 +251,25 @@ static __device__ __forceinline__ KdaWgCtx<L> kda_wg_ctx(float* smem_f, int T, i
 // WG_E, one chunk: from its thread's channel c (tokens tok0 .. tok0 + TPT - 1) of g, k, q as loaded and
 // the beta of token `lane` (bl), the operands of chunk n into buffer n & 1: Kbg and Qg (fp32), Kd^T
 // (the wgmma's layout, bf16 hi and lo) and 2^G_L; then it hands the buffer to WG_C (FULL).
-template <class L, int TPT>
+// MAKE (26's maker warpgroup, 19's operands; its threads after WG_C and the producer warp): the same operands in the
+// buffer's byte image at `img` (a slot of the head's ring in global memory), no proxy fence and no hand-over.
+template <class L, int TPT, bool MAKE = false>
 static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, int n,
                                                        const typename KdaIn<L::BF>::T (&xg)[TPT],
                                                        const typename KdaIn<L::BF>::T (&xk)[TPT],
                                                        const typename KdaIn<L::BF>::T (&xq)[TPT], float bl,
-                                                       float scale, float* ht) {
+                                                       float scale, float* ht, unsigned char* img = nullptr) {
+    static_assert(!MAKE || (L::SMA && L::DIET && !L::WY && !L::AHEAD && L::NKD == 2), "26's maker: 19's operands");
     constexpr int K = L::K, LE = L::LE;
     constexpr bool BF = L::BF;
     constexpr int BAR_PROD = KdaWgBars::PROD, BAR_FULL = KdaWgBars::FULL;
     const int warp = cx.warp, lane = cx.lane;
     const long long stamp0_ = cx.stamp0_;
     (void)warp; (void)lane; (void)stamp0_; (void)ht;
-    const int e = cx.tid - 128, c = e % K, part = e / K, tok0 = part * TPT;
+    const int e = cx.tid - 128 - (MAKE ? 32 : 0), c = e % K, part = e / K, tok0 = part * TPT;
     unsigned char* const sm = cx.sm;
     float* const sTot = reinterpret_cast<float*>(sm + L::OFF_TOT);
+    (void)img;
     auto opb = [&](int m) { return cx.opb(m); };
     auto kb_of = [&](int m) { return cx.kb_of(m); };
     auto qg_of = [&](int m) { return cx.qg_of(m); };
@@ -384,7 +393,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                         }
                     }
                     (void)wacc;
-                    unsigned char* kq = sm + cx.kq_of(n) + (c / 8) * 1024 + (c % 8) * 128;
+                    unsigned char* kq = (MAKE ? img + L::KD_BYTES : sm + cx.kq_of(n)) + (c / 8) * 1024 + (c % 8) * 128;
     #pragma unroll
                     for (int qd = 0; qd < TPT / 8; ++qd) {
                         unsigned kh[4], kl[4], qh[4], ql[4];
@@ -445,7 +454,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     if (n >= 3) named_bar_sync(KdaWgBars::EMPTY_KD + n % 3, L::NTH);
                 }
                 // Kd^T row c: tokens tok0 .. tok0 + TPT - 1 are 16-byte chunks tok0/8 .. (hi), 4 + that (lo)
-                unsigned char* kd = sm + opb(n) + (c / 8) * 1024 + (c % 8) * 128;
+                unsigned char* kd = (MAKE ? img : sm + opb(n)) + (c / 8) * 1024 + (c % 8) * 128;
     #pragma unroll
                 for (int qd = 0; qd < TPT / 8; ++qd) {
                     const int ch = tok0 / 8 + qd;
@@ -455,7 +464,8 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                         *reinterpret_cast<U4*>(kd + (((4 + ch) ^ (c % 8)) * 16)) =
                             U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]};
                 }
-                if (part == 0) gl_of(n)[c] = gl2;
+                if (part == 0) (MAKE ? reinterpret_cast<float*>(img + L::KD_BYTES + L::KQ_BYTES) : gl_of(n))[c] = gl2;
+                if constexpr (MAKE) return;   // 26: the maker publishes the image itself
                 KDA_STAMP(2);
                 fence_proxy_async();                                      // Kd^T (19: and [Kg; Qg]^T) is read by wgmma
                 named_bar_arrive((L::AHEAD ? KdaWgBars::FULL_KD : BAR_FULL) + (n & 1), L::NTH);   // buffer n & 1 holds chunk n

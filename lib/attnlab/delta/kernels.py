@@ -91,12 +91,16 @@ FP32_ONLY_WHY = {
              "would leave every lo row zero, half of each wgmma", "impl='pre'"),
     "wy": ("25, the WY form's chain", "its element-wise warpgroup is built for fp32 inputs' hi / lo tiles (no bf16 "
            "form yet)", "impl='kdreg'"),
+    "share": ("26, the operand images made once per head in the kernel", "its maker is 19's fp32 element-wise "
+              "arithmetic into fp32 images (no bf16 form yet)", "impl='pre'"),
 }
 FP32_ONLY_IMPLS = tuple(FP32_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
 WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-wise warpgroup
 WIDE_THREADS = 384                # 20: the chain warpgroup and two element-wise warpgroups
 PRE_THREADS = 160                 # 22: the chain warpgroup and one warp that issues the operands' bulk copies
+SHARE_THREADS = 288               # 26: 22's, and the maker warpgroup
+SHARE_SLOTS = 8                   # 26: images in a head's ring (kernels/delta/14_chunk_state_multicast.cu, KDA_SHARE_SLOTS)
 
 
 # ----------------------------------------------------------------------------- registry
@@ -206,12 +210,18 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "in, from 07's words) into P1's A tile, and U = T beta v added in P1 from a (beta v)^T tile: P1 "
                 "gives V' itself, no X^T tile, barrier or P2 before P4; o's product (07's Aqk times V') behind P4 "
                 "(fp32 inputs)"),
+    DeltaKernel("26", "delta/26_chunk_state_share.cu", "kda_chunk_state_share", "tc",
+                "recurrence on warpgroup MMAs, each chunk's operands made once per head in the kernel (sm_90a)", 90,
+                "22's chain and producer warp with the operand images made in the kernel: value block r's maker "
+                "warpgroup makes every (V / BV)-th chunk of its head (19's arithmetic, from a staging tile) into a "
+                "ring of eight images in global memory (L2), published by a flag; every block lands every chunk "
+                "from the ring and acknowledges it (fp32 inputs, the whole grid resident)"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
  WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
- WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC) = (
+ WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC, SHARE_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -736,6 +746,18 @@ def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
     return mc_smem_words(K, V, BV, C, bf16) - 2 * (opb(2 * C * (K + 8) * 4) - opb((1 if bf16 else 2) * K * 128)) // 4
 
 
+def share_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_share`` (26) in words: 19's (:func:`tile_smem_words`, its staging
+    tile the maker's) with 22's two more mbarriers (the operand buffers', which the producer warp's copies complete on)."""
+    return tile_smem_words(K, V, BV, C) + 4
+
+
+def share_resident(B: int, H: int, V: int, bv: int, sms: int) -> bool:
+    """Whether every block of 26 is resident at once (one a SM: 200 KB of shared memory each), as its blocks wait for
+    each other's chunks: B H V / bv blocks on at most ``sms`` SMs."""
+    return B * H * (V // bv) <= sms
+
+
 def wy_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = False) -> int:
     """Dynamic shared memory of ``kda_chunk_state_wy`` (25) in words: 24's (19's, :func:`tile_smem_words`) plus the
     staging tile's T hi / lo words (2 x C x C/2 words), WG_E's two fp32 T' buffers ([C][C + 4] each) and, at K = 64
@@ -898,6 +920,10 @@ class TcPlan:
             if side:
                 self.epoch = self.epoch % (2**31 - 1) + 1
             ops = (self.ws["OPS"], self.ws["READY"], np.int32(self.epoch if side else 0))
+        share = ()
+        if "RING" in self.ws and 2 in stages:   # 26: its ring, flags and acknowledgements; a new epoch each launch
+            self.epoch = self.epoch % (2**31 - 1) + 1
+            share = (self.ws["RING"], self.ws["MADE"], self.ws["ACKS"], np.int32(self.epoch))
 
         def prep():
             c = cfg["prep"]
@@ -908,7 +934,7 @@ class TcPlan:
         def state():
             c = cfg["state"]
             self.kernels["state"](c["grid"], c["block"],
-                                  (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], *ops, h0, self.o, fs,
+                                  (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], *ops, *share, h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale, *self.state_maps), shared_mem=c["smem"])
 
         if side:   # 22 first, on the higher-priority stream, so that its blocks hold their SMs before 21's fill them
@@ -963,6 +989,7 @@ STATE_IMPLS = {
     "hilo": (HILO_SRC, "kda_chunk_state_hilo", WGMMA_THREADS, hilo_smem_words),
     "kdreg": (KDREG_SRC, "kda_chunk_state_kdreg", WGMMA_THREADS, tile_smem_words),   # 24: 19's layout
     "wy": (WY_SRC, "kda_chunk_state_wy", WGMMA_THREADS, wy_smem_words),   # 25: 24's, plus T's words and T' buffers
+    "share": (SHARE_SRC, "kda_chunk_state_share", SHARE_THREADS, share_smem_words),   # 26: 19's, two more mbarriers
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -999,7 +1026,8 @@ TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" wi
              "wide",                                     # 20: 19 with two element-wise warpgroups
              "hilo",                                     # 23: 19 with the chain turned around in registers
              "kdreg",                                    # 24: 19 with P4's A from registers
-             "wy")                                       # 25: 24 in the WY form (07 hands over Aqk, not A2)
+             "wy",                                       # 25: 24 in the WY form (07 hands over Aqk, not A2)
+             "share")                                    # 26: 22's chain, the images made in the kernel
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -1010,6 +1038,9 @@ FIXED_BV = {"wgrs": WGRS_BV, "hilo": 32}
 #: 21 -> 22 ("pre"): 21 in place of 07 (its second output, the operand images, is 22's input); 22 takes the
 #: tensor maps of v and 21's T / A2 words as the TMA forms' slots do
 PRE_IMPLS = ("pre",)
+#: 07 -> 26 ("share"): the ring of operand images, the made flags and acknowledgements, the call's epoch; every block
+#: of the grid must be resident at once (share_resident)
+SHARE_IMPLS = ("share",)
 MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC): the y axis
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
               **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
@@ -1129,6 +1160,15 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
             # moves it, and compute-sanitizer's initcheck would count that as a read of uninitialised memory)
             ws["OPS"] = cp.zeros(ops_workspace_shape(B, T, H, K, bf16=bf), dtype=cp.uint32)
             ws["READY"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
+        if impl in SHARE_IMPLS:   # 26: the heads' rings of images, the made flags and the blocks' acknowledgements
+            sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
+            if not share_resident(B, H, V, int(bv), sms):
+                raise ValueError(f"impl='share' (26) needs all of its B * H * V / bv = {B * H * (V // int(bv))} blocks "
+                                 f"resident at once (one per SM; this GPU has {sms}): pass a larger bv, fewer heads, "
+                                 "or impl='kdreg'")
+            ws["RING"] = cp.zeros((B, H, SHARE_SLOTS, ops_image_bytes(K, bf16=False) // 4), dtype=cp.uint32)
+            ws["MADE"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
+            ws["ACKS"] = cp.zeros((B, H, -(-T // C), V // int(bv)), dtype=cp.int32)
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
     fs = cp.empty((B, H, K, V), dtype=cp.float32) if output_final_state else None
     maps = ()

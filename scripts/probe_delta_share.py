@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""GPU probe: 26 (each chunk's operand images made once per head in the kernel, shared through an L2 ring) against 24.
+
+    PYTHONPATH=lib python scripts/probe_delta_share.py [--T 4096 16384] [--rounds 2] [--out DIR] [--no-fla]
+
+Notebook 13's bounds put 24's element-wise warpgroup between 24 and its chain alone, and 24 with that work at a
+quarter of its tokens a thread (KDA_E_SHARE=4) near the chain alone: the bound on sharing it over a head's four value
+blocks. 26 does share it: value block r's maker warpgroup makes every fourth chunk's image into a ring in global
+memory, and every block lands every chunk from the ring with 22's producer warp and chain.
+
+At B=2, H=16, K=V=128, fp32 inputs, each T: 07 -> 24 and 07 -> 26 (each call, and its recurrence alone), 24's chain
+alone (KDA_PROBE=5) and 24 at a quarter of its tokens (KDA_E_SHARE=4) for the bounds, in turn, --rounds times; o and
+the final state of 26 against 24's (expected equal: the same arithmetic, up to ptxas's contractions); fla's chunk_kda
+(bf16) in the same run. Writes probe_share.csv to --out (default $OUT or /tmp) after each T (a temporary file, then a
+rename). Not a recorded run: notebook 13 records what the lab quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from attnlab.arrays import rel_error
+from attnlab.results import write_csv_atomic
+from attnlab.delta import kernels as dk
+from attnlab.delta.bench import _timed, device_inputs, fla_functions
+
+#: (label, impl, the recurrence's defines, stages timed: (stages, stage label), ...)
+FORMS = (("07+24", "kdreg", None, (((1, 2), "all"), ((2,), "recurrence"))),
+         ("07+26", "share", None, (((1, 2), "all"), ((2,), "recurrence"))),
+         ("24 chain alone (KDA_PROBE=5)", "kdreg", {"KDA_PROBE": 5}, (((2,), "recurrence"),)),
+         ("24 at a quarter of WG_E's tokens (KDA_E_SHARE=4)", "kdreg", {"KDA_E_SHARE": 4}, (((2,), "recurrence"),)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--budget", type=float, default=0.3, help="seconds of timing per entry")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--no-fla", action="store_true")
+    a = ap.parse_args()
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    B, H, K, V = 2, 16, 128, 128
+    rows = []
+    chunk_kda = None if a.no_fla else fla_functions()[0]
+    for T in a.T:
+        _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
+        x = {n: d[n] for n in ("q", "k", "v", "g", "beta")}
+        plans, ref = {}, None
+        for label, impl, defines, stages in FORMS:
+            p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, defines=defines)
+            p.poison()
+            o, s = (y.get() for y in p.run())
+            err = {}
+            if defines is None:   # the two builds with valid results: 26 against 24
+                ref = ref or (o, s)
+                err = dict(rel_o_vs_24=rel_error(o, ref[0]), rel_state_vs_24=rel_error(s, ref[1]),
+                           equal_to_24=bool(np.array_equal(o, ref[0]) and np.array_equal(s, ref[1])),
+                           finite=bool(np.isfinite(o).all()))
+                print(f"T={T} {label}: {err}", flush=True)
+            plans[label] = (p, stages, err)
+        for rnd in range(a.rounds):
+            for label, (p, stages, err) in plans.items():
+                for st, stage in stages:
+                    rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation=label, T=T,
+                                       stage=stage, round=rnd, **err))
+        del plans
+        if chunk_kda is not None:
+            from attnlab.delta import fast
+            import torch
+
+            t = fast.bf16_inputs(d)
+
+            def call(t=t):
+                with torch.no_grad():
+                    return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+            call()
+            torch.cuda.synchronize()
+            rows.append(_timed(call, a.budget, implementation="fla chunk_kda bf16", T=T, stage="all", round=0))
+        write_csv_atomic(pd.DataFrame(rows), Path(a.out) / "probe_share.csv")
+        del d
+    df = pd.DataFrame(rows)
+    print(df.pivot_table(index=["implementation", "stage"], columns=["T", "round"], values="median_ms",
+                         sort=False).to_string())
+
+
+if __name__ == "__main__":
+    main()
