@@ -244,7 +244,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "fence.proxy.async.shared::cta" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                       "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide",
-                      "kda_chunk_state_pre", "kda_chunk_state_kdreg", "kda_chunk_state_wy"):
+                      "kda_chunk_state_pre", "kda_chunk_state_kdreg", "kda_chunk_state_wy", "kda_chunk_state_share"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -262,6 +262,15 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
             assert wg(r.ptx) == wg(r24.ptx) + 6, f"{r.name}: {wg(r.ptx)} wgmmas, 24 has {wg(r24.ptx)}"
             # 07's T words land with the staging tile by one bulk copy (WG_E makes W from them)
             assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
+        if function == "kda_chunk_state_share":   # 26: 22's chain and bulk copies (22's wgmmas), the maker's tensor
+            (r22,) = static_build(dk.PRE_SRC, "kda_chunk_state_pre", [args + (False,)], dk.static_arch(function, arch))
+            wg = lambda ptx: ptx.count("wgmma.mma_async.sync.aligned.m64n")  # noqa: E731
+            assert wg(r.ptx) == wg(r22.ptx), f"{r.name}: {wg(r.ptx)} wgmmas, 22 has {wg(r22.ptx)}"
+            # copies of g, k, q, its exp2s, its stores of the images to global memory and the flags' release / acquire
+            assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
+            assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
+            assert "ex2.approx" in r.ptx and "st.global.v4" in r.ptx
+            assert "st.release.gpu.global.s32" in r.ptx and "ld.acquire.gpu.global.s32" in r.ptx
     elif spec.form == "tc":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx

@@ -23,7 +23,7 @@
 // and acknowledgements, and the call's epoch (> 0). fp32 inputs; requires sm_90a.
 #include "14_chunk_state_multicast.cu"
 
-template <int K, int V, int C, int BV, bool BF = false>
+template <int K, int V, int C, int BV>
 __global__ void __launch_bounds__(288, 1)
 kda_chunk_state_share(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                       const float* __restrict__ g, const float* __restrict__ beta, const unsigned* __restrict__ TA,
@@ -34,7 +34,6 @@ kda_chunk_state_share(const float* __restrict__ q, const float* __restrict__ k, 
                       int H, float scale, const __grid_constant__ TmaMap tg, const __grid_constant__ TmaMap tk,
                       const __grid_constant__ TmaMap tq, const __grid_constant__ TmaMap tv,
                       const __grid_constant__ TmaMap tta) {
-    static_assert(!BF, "26 takes fp32 inputs");
     KDA_TMA_MAPS;
     kda_mc_body<K, V, C, BV, false, 1, 2, true, 2, true, false, false, true, 32, true, false, false, false, true>(
         q, k, v, g, beta, TA, h0, o, ht, T, H, scale, maps, nullptr, nullptr, epoch, ring, made, acks);

@@ -465,11 +465,12 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                             U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]};
                 }
                 if (part == 0) (MAKE ? reinterpret_cast<float*>(img + L::KD_BYTES + L::KQ_BYTES) : gl_of(n))[c] = gl2;
-                if constexpr (MAKE) return;   // 26: the maker publishes the image itself
+                if constexpr (!MAKE) {   // (26: the maker publishes the image itself)
                 KDA_STAMP(2);
                 fence_proxy_async();                                      // Kd^T (19: and [Kg; Qg]^T) is read by wgmma
                 named_bar_arrive((L::AHEAD ? KdaWgBars::FULL_KD : BAR_FULL) + (n & 1), L::NTH);   // buffer n & 1 holds chunk n
                 KDA_STAMP(3);
+                }
 }
 
 // Chunk n's T / A2 words and v columns into copy slot n & 1 by two tensor copies (SLOT 2, below), completing

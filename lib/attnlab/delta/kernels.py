@@ -1354,6 +1354,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                     "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
                     "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo", "kda_chunk_state_kdreg",
-                    "kda_chunk_state_wy"):
+                    "kda_chunk_state_wy", "kda_chunk_state_share"):
         return WGMMA_ARCH
     return arch
