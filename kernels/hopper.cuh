@@ -98,6 +98,14 @@ static __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, 
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// ---- bulk stores: `bytes` (a multiple of 16) from shared offset src to global dst, in this thread's bulk group;
+// commit the open group; wait until every committed group of this thread has completed (its writes performed).
+static __device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void bulk_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void bulk_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 // ---- TMA: box of a 3-D tensor map at coordinates (c0 innermost, c1, c2) -> shared memory.
 static __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
                                                    unsigned bar) {

@@ -266,10 +266,11 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
             (r22,) = static_build(dk.PRE_SRC, "kda_chunk_state_pre", [args + (False,)], dk.static_arch(function, arch))
             wg = lambda ptx: ptx.count("wgmma.mma_async.sync.aligned.m64n")  # noqa: E731
             assert wg(r.ptx) == wg(r22.ptx), f"{r.name}: {wg(r.ptx)} wgmmas, 22 has {wg(r22.ptx)}"
-            # copies of g, k, q, its exp2s, its stores of the images to global memory and the flags' release / acquire
+            # copies of g, k, q, its exp2s, its bulk stores of the images to global memory and the flags' release / acquire
             assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
             assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
-            assert "ex2.approx" in r.ptx and "st.global.v4" in r.ptx
+            assert "ex2.approx" in r.ptx and "cp.async.bulk.global.shared::cta.bulk_group" in r.ptx
+            assert "cp.async.bulk.wait_group 0" in r.ptx
             assert "st.release.gpu.global.s32" in r.ptx and "ld.acquire.gpu.global.s32" in r.ptx
     elif spec.form == "tc":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx

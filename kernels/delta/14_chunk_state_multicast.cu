@@ -95,19 +95,23 @@ static_assert(KDA_SHARE_SLOTS >= 4, "26's ring: at least four slots");
 
 // 26's maker warpgroup (the block's threads 160 .. 287): block r of a head makes the chunks n = r, r + V / BV, ...
 // of the head's operand images, 19's element-wise arithmetic (kda_wg_operands, MAKE) from a staging tile that one
-// tensor copy per array lands a made chunk ahead, and stores each image to the head's ring in global memory: into
-// slot n % KDA_SHARE_SLOTS once every block of the head has acknowledged chunk n - KDA_SHARE_SLOTS there, then
-// published by the chunk's made flag (the call's epoch; a release at GPU scope by one thread after the warpgroup's
-// barrier, as 21 publishes its images). Every block's producer warp lands every chunk from the ring (22's loop).
+// tensor copy per array lands, into the same tile once it has been read (the image is 19's operand buffer: its
+// stores are 19's, free of bank conflicts), and sends each image to the head's ring in global memory by one bulk
+// store: into slot n % KDA_SHARE_SLOTS once every block of the head has acknowledged chunk n - KDA_SHARE_SLOTS there,
+// then published by the chunk's made flag (the call's epoch, a release at GPU scope once the store has completed).
+// The next chunk's copies land in the tile after the store has read it. (Each thread storing its rows of the image
+// to global memory itself, every 16-byte store of a warp a line of its own, ran the recurrence at two thirds of
+// 24's speed on an H100: scripts/probe_delta_share.py, not recorded.) Every block's producer warp lands every chunk
+// from the ring (22's loop).
 template <class L, int K, int V, int C, int BV>
 static __device__ __forceinline__ void kda_share_maker(const KdaWgCtx<L>& cx, float* smem_f, unsigned full_t,
                                                        const TmaMap* const* maps, unsigned char* ring, int* made,
                                                        int* acks, int epoch, int T, int H, float scale, float* ht) {
     // 19's layout, one element-wise warpgroup: the same offsets as 26's for everything the maker touches
     using LM = KdaWgLayout<K, V, C, BV, false, 6, 1, true, 2, true, false, false, true, 128>;
-    static_assert(LM::OFF_TOT == L::OFF_TOT && LM::OFF_STG == L::OFF_STG && LM::STG_BYTES == L::STG_BYTES &&
+    static_assert(LM::OFF_TOT == L::OFF_TOT && LM::OFF_STG == L::OFF_STG && L::STG_BYTES == L::IMG_BYTES &&
                   LM::KD_BYTES == L::KD_BYTES && LM::KQ_BYTES == L::KQ_BYTES && LM::IMG_BYTES == L::IMG_BYTES &&
-                  LM::SMEM_BYTES == L::SMEM_BYTES, "26's maker works in 19's layout");
+                  LM::SMEM_BYTES <= L::SMEM_BYTES && L::OFF_STG % 16 == 0, "26's maker works in 19's layout");
     const KdaWgCtx<LM> cm = kda_wg_ctx<LM>(smem_f, T, H);
     constexpr int NB = V / BV, TPT = C / LM::TPC;
     constexpr unsigned ROW = K * 4, TILE = 3 * C * ROW;
@@ -132,17 +136,20 @@ static __device__ __forceinline__ void kda_share_maker(const KdaWgCtx<L>& cx, fl
             xk[u] = in ? stg[(1 * C + tok0 + u) * K + c] : 0.f;
             xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : 0.f;
         }
-        fence_proxy_async();   // the tile read (as 14's WG_E releases its tile) before the next copy lands in it
+        named_bar_sync(KdaWgBars::PROD, 128);   // the tile read: the image goes in its place
+        kda_wg_operands<LM, TPT, true>(cm, m, xg, xk, xq, 0.f, scale, ht, cx.sm + L::OFF_STG);
+        fence_proxy_async();   // the image's generic stores, read next by the bulk store (the async proxy)
+        if (m >= KDA_SHARE_SLOTS && e < NB)   // every block of the head is done with the slot's last chunk
+            kda_wait_flag(acks + (bh * NC + m - KDA_SHARE_SLOTS) * NB + e, epoch);
         named_bar_sync(KdaWgBars::PROD, 128);
-        if (m + NB < NC) copy_in(m + NB);
-        if (m >= KDA_SHARE_SLOTS) {   // every block of the head is done with the slot's last chunk
-            if (e < NB) kda_wait_flag(acks + (bh * NC + m - KDA_SHARE_SLOTS) * NB + e, epoch);
-            named_bar_sync(KdaWgBars::PROD, 128);
+        if (e == 0) {
+            bulk_store(ring + (bh * KDA_SHARE_SLOTS + m % KDA_SHARE_SLOTS) * (long long)L::IMG_BYTES, cx.base + L::OFF_STG,
+                       L::IMG_BYTES);
+            bulk_store_commit();
+            bulk_store_wait_all();   // written (and the tile read): published, and free for the next chunk's copies
+            kda_flag_release(made + bh * NC + m, epoch);
+            if (m + NB < NC) copy_in(m + NB);
         }
-        unsigned char* const img = ring + (bh * KDA_SHARE_SLOTS + m % KDA_SHARE_SLOTS) * (long long)L::IMG_BYTES;
-        kda_wg_operands<LM, TPT, true>(cm, m, xg, xk, xq, 0.f, scale, ht, img);
-        named_bar_sync(KdaWgBars::PROD, 128);   // every thread's stores of the image before the release
-        if (e == 0) kda_flag_release(made + bh * NC + m, epoch);
     }
 }
 

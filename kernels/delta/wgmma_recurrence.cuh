@@ -91,7 +91,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int TOT_BYTES = (2 * K > NE ? 2 * K : NE) * 4;
     static constexpr int NST = NST_;                            // staging tiles (a ring of chunks)
     static constexpr int TW_BYTES = WY ? 2 * C * (C / 2) * 4 : 0;   // 25: 07's T hi and lo words of the chunk
-    static constexpr int STG_BYTES = 3 * C * K * ESZ + TW_BYTES;   // one staging tile: g, k, q [C][K] as stored
+    // one staging tile: g, k, q [C][K] as stored (26: then the maker's image of the chunk, K * 4 bytes more)
+    static constexpr int STG_BYTES = SHR_ ? 3 * K * 128 + K * 4 : 3 * C * K * ESZ + TW_BYTES;
     static constexpr int OFF_STG = OFF_TOT + TOT_BYTES;
     static constexpr int LW = C + 4;                            // 25: floats per row of WG_E's T (beta folded in)
     static constexpr int OFF_WT = OFF_STG + NST * STG_BYTES;    // 25: two of them, [C][LW] fp32 (chunks n & 1)

@@ -113,8 +113,10 @@ struct EmuCluster {
 // fiber's is emu_self(); outside a launch (harness code) a host placeholder. (Per fiber, not
 // process-wide: tests/delta_emu/fake_device.py loads several models into one Python process, and
 // GCC gives inline variables unique symbols that the dynamic linker binds across libraries.)
+struct EmuBulkStore { void* dst; unsigned src, bytes; };   // a bulk store not yet waited for (bulk_store below)
 struct EmuThread {
     dim3 tid, bid;
+    std::vector<EmuBulkStore> bulk_stores;
     EmuBlock* block = nullptr;
     std::vector<std::vector<EmuCopy>> groups;   // committed cp.async groups, oldest first
     std::vector<EmuCopy> open;                  // issued, not yet committed
@@ -748,6 +750,30 @@ inline void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes, u
 }
 inline void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
     bulk_copy_multicast(dst, src, bytes, bar, (unsigned short)(1u << cluster_ctarank()));
+}
+// cp.async.bulk shared -> global (kernels/hopper.cuh: bulk_store, its commit and wait): the model reads the shared
+// bytes and writes them when the thread waits for its groups, after letting the other threads run, so that shared
+// memory written over before the wait shows up in global memory, and global memory read before the wait (a flag
+// published before it) sees the old bytes.
+inline void bulk_store(void* dst, unsigned src, unsigned bytes) {
+    if (src % 16 != 0 || bytes % 16 != 0 || bytes == 0 || reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 ||
+        src + bytes > emu_launch_smem_bytes) {
+        std::fprintf(stderr, "bulk store of %u bytes from byte %u: sizes and addresses must be multiples of 16 inside "
+                             "the shared memory\n", bytes, src);
+        std::abort();
+    }
+    emu_self().bulk_stores.push_back(EmuBulkStore{dst, src, bytes});
+}
+inline void bulk_store_commit() {}
+inline void bulk_store_wait_all() {
+    emu_fiber_note_progress();   // (a step that completes: the pass that runs the others is not a deadlock)
+    emu_yield();   // the others run first: whatever they read of the destination before the wait is the old bytes
+    EmuThread& me = emu_self();
+    EMU_QUIET;
+    for (const EmuBulkStore& c : me.bulk_stores)
+        std::memcpy(c.dst, reinterpret_cast<unsigned char*>(emu_dynamic_smem()) + c.src, c.bytes);
+    me.bulk_stores.clear();
+    emu_fiber_note_progress();
 }
 
 // ---- TMA tensor copies (kernels/hopper.cuh: tma_load_4d; kernels/delta/14's "tma" forms). The

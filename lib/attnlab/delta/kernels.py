@@ -747,9 +747,10 @@ def tile_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK, bf16: bool = 
 
 
 def share_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
-    """Dynamic shared memory of ``kda_chunk_state_share`` (26) in words: 19's (:func:`tile_smem_words`, its staging
-    tile the maker's) with 22's two more mbarriers (the operand buffers', which the producer warp's copies complete on)."""
-    return tile_smem_words(K, V, BV, C) + 4
+    """Dynamic shared memory of ``kda_chunk_state_share`` (26) in words: 19's (:func:`tile_smem_words`), its staging
+    tile the maker's and K * 4 bytes larger (a chunk's image takes its place once read), and 22's two more mbarriers
+    (the operand buffers', which the producer warp's copies complete on)."""
+    return tile_smem_words(K, V, BV, C) + K + 4
 
 
 def share_resident(B: int, H: int, V: int, bv: int, sms: int) -> bool:
