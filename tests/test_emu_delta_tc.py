@@ -356,6 +356,8 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
             assert launch["shared_mem"] == cfg[name]["smem"] and launch["block"] == cfg[name]["block"], (impl, name)
         images = (4 * int(np.prod(dk.ops_workspace_shape(2, 37, 2, 64, bf16=False))) + 4 * 2 * 2 * 2
                   if impl in dk.PRE_IMPLS else 0)   # 21 -> 22: the hi / lo images and the ready flags
+        if impl in dk.SHARE_IMPLS:   # 26: a ring of images a head, made flags, each block's acknowledgements
+            images = 2 * 2 * dk.SHARE_SLOTS * dk.ops_image_bytes(64, bf16=False) + 4 * 2 * 2 * 2 * (1 + 64 // plan.bv)
         assert plan.workspace_bytes() == (0 if impl == "fused" else 4 * int(np.prod(dk.ta_workspace_shape(2, 37, 2))) + images)
     for impl, bv in dk.FIXED_BV.items():   # 16 and 23: their width is the chain's, any other is one line
         with pytest.raises(ValueError, match=rf"impl='{impl}' \(kernel {dk.state_step(impl)}\) runs {bv} value columns per "
