@@ -8,8 +8,9 @@ quarter of its issued instructions before its first barrier, most of them 64-bit
 branches of the per-row bounds checks around 24 loads a thread, and about a sixth of its warps' stall samples at the
 barrier behind warp 0's inverse. KDA_PREP_LEAN steps one offset a row with no branch (rows past T re-read the last
 row and are zeroed) and writes the zero blocks as zeros in the copy out; on 07 without A2 (not 24's: 24 reads A2 = Aqk
-T) it also has warps 1-7 store Aqk's words while warp 0 inverts. Same arithmetic: its outputs are the recorded build's bit for bit
-(tests/test_emu_delta_tc.py on the CPU model; here o and the final state of 07 -> 24 are compared too).
+T) it also has warps 1-7 store Aqk's words while warp 0 inverts. Same arithmetic: its outputs are the recorded build's
+bit for bit on the CPU model (tests/test_emu_delta_tc.py); on the GPU ptxas may fuse a product and a sum differently in
+the two builds, so o and the final state of 07 -> 24 are compared here and reported equal or not.
 
 At B=2, H=16, K=V=128, fp32 and bf16 inputs, each T: 07 alone and 07 -> 24, recorded and probe builds in turn,
 --rounds times (drift shows as a difference between rounds). Writes probe_prep.csv to --out (default $OUT or /tmp)

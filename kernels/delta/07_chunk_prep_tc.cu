@@ -48,9 +48,13 @@
 static_assert(KDA_PREP_ALIAS == 0 || KDA_PREP_ALIAS == 1, "KDA_PREP_ALIAS: 1 (as built) or 0 (probe)");
 
 #ifndef KDA_PREP_LEAN
-#define KDA_PREP_LEAN 0   // probe build (07 and 21; results 07's, bit for bit): each row's loads from one offset stepped a row
-#endif                    // at a time, with no branch; the zero blocks written as zeros by the copy out; on 07 without A2
-                          // (08-12, 25), Aqk's words stored while warp 0 inverts (1); or as recorded (0)
+#define KDA_PREP_LEAN 0   // probe build (07 and 21; the same arithmetic): each row's loads from one offset stepped a row at
+#endif                    // a time, with no branch; the zero blocks written as zeros by the copy out; on 07 without A2
+                          // (08-12, 25), Aqk's words stored while warp 0 inverts (1); or as recorded (0). Its results are
+                          // 07's bit for bit on the CPU model; on an H100 (scripts/probe_delta_prep.py, not recorded)
+                          // the fp32 build's differed from 07's at rounding level (ptxas fuses products and sums as the
+                          // code around them lets it), the bf16 build's did not, and 07 ran a few per cent faster alone
+                          // on fp32 inputs, no faster on bf16, the call 07 -> 24 within 1 %: not made the build
 static_assert(KDA_PREP_LEAN == 0 || KDA_PREP_LEAN == 1, "KDA_PREP_LEAN: 0 (as built) or 1 (probe)");
 
 template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (07; 21 on bf16)
