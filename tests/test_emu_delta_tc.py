@@ -512,6 +512,8 @@ def test_probe_delta_wy_script_under_cpu_emulation(fake_cupy, monkeypatch, tmp_p
     """scripts/probe_delta_wy.py end to end on the CPU model at a small shape (each entry's call run once, its time a
     stand-in): every probe build of fast.WY_LABELS and 25's call and kernels get a row, 25's o is within the bound of
     24's, its float64 check runs, and the table is written."""
+    import sys
+
     import pandas as pd
 
     from attnlab.delta import fast
