@@ -17,6 +17,11 @@
 // images, 19's up to the rounding of the exponentials (tests/test_emu_delta_tc.py).
 // Every block of a head waits for the others' chunks: the launcher checks that the whole grid is resident at once
 // (one block per SM, kernels.share_resident), as 22 beside 21 checks its own.
+// What the probe found (scripts/probe_delta_share.py on an H100, not recorded; notebook 13 does not time 26 yet): o
+// and the final state 24's bit for bit, the recurrence a little slower than 24's and well above the bound that 24 with
+// a quarter of WG_E's tokens (KDA_E_SHARE=4) puts on sharing; the maker's first form, each thread storing its rows of
+// the image to global memory, ran it at two thirds of 24's speed. Where the rest goes (the makers' copy, make and
+// store cycle against four chunk periods, the ring's place in L2) is for clock stamps to show.
 //
 // Launch: grid (V / BV, H, B), 288 threads (WG_C, the producer warp, the maker warpgroup), shared memory
 // kernels.share_smem_words; the tensor maps of g, k, q, v and 07's output as 24 takes them, the ring, the made flags
