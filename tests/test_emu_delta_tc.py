@@ -13,6 +13,7 @@ arithmetic, different schedules).
 
 from __future__ import annotations
 
+import re
 import shutil
 import os
 import subprocess
@@ -683,6 +684,7 @@ def test_share_recurrence_reproduces_24_under_cpu_emulation(fake_cupy, monkeypat
     plan = dk.prepare_tc(**d, output_final_state=True, impl="share", bv=bv,
                          defines={"KDA_SHARE_SLOTS": slots} if slots else None)
     assert plan.launch_configs()["state"]["block"] == (dk.SHARE_THREADS, 1, 1)
+    assert plan.ws["RING"].shape[2] == (slots or dk.SHARE_SLOTS)   # the ring the build addresses, no more, no less
     plan.poison()
     o, s = (a.get() for a in plan.run())
     o24, s24 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv).run())
@@ -703,6 +705,10 @@ def test_share_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
     x = random_inputs(2, 40, 2, 64, 64, seed=3)
     d = {n: cp.asarray(a) for n, a in x.items()}
     assert dk.share_resident(2, 16, 128, 32, 132) and not dk.share_resident(2, 17, 128, 32, 132)
+    src = (ROOT / "kernels" / "delta" / "14_chunk_state_multicast.cu").read_text()   # one default, two places
+    assert re.search(r"#define KDA_SHARE_SLOTS (\d+)", src).group(1) == str(dk.SHARE_SLOTS)
+    with pytest.raises(ValueError, match="KDA_SHARE_SLOTS must be at least 4"):
+        dk.prepare_tc(**d, impl="share", defines={"KDA_SHARE_SLOTS": 2})
     monkeypatch.setattr(dk, "share_resident", lambda *a: False)
     with pytest.raises(ValueError, match=r"impl='share' \(26\) needs all of its B \* H \* V / bv = 16 blocks resident"):
         dk.prepare_tc(**d, impl="share", bv=16)

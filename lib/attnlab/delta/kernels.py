@@ -100,7 +100,7 @@ WGMMA_THREADS = 256               # 13, 14: the chain warpgroup and the element-
 WIDE_THREADS = 384                # 20: the chain warpgroup and two element-wise warpgroups
 PRE_THREADS = 160                 # 22: the chain warpgroup and one warp that issues the operands' bulk copies
 SHARE_THREADS = 288               # 26: 22's, and the maker warpgroup
-SHARE_SLOTS = 8                   # 26: images in a head's ring (kernels/delta/14_chunk_state_multicast.cu, KDA_SHARE_SLOTS)
+SHARE_SLOTS = 8                   # 26: images in a head's ring (KDA_SHARE_SLOTS's default, 14_chunk_state_multicast.cu)
 
 
 # ----------------------------------------------------------------------------- registry
@@ -753,6 +753,15 @@ def share_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return tile_smem_words(K, V, BV, C) + K + 4
 
 
+def share_slots(defines: dict | None) -> int:
+    """Images in each head's ring of 26: the build's KDA_SHARE_SLOTS (a probe's define), else its default; the launcher
+    allocates exactly what the kernel addresses."""
+    slots = int((defines or {}).get("KDA_SHARE_SLOTS", SHARE_SLOTS))
+    if slots < 4:
+        raise ValueError(f"KDA_SHARE_SLOTS must be at least 4 (26's ring), got {slots}")
+    return slots
+
+
 def share_resident(B: int, H: int, V: int, bv: int, sms: int) -> bool:
     """Whether every block of 26 is resident at once (one a SM: 200 KB of shared memory each), as its blocks wait for
     each other's chunks: B H V / bv blocks on at most ``sms`` SMs."""
@@ -1132,6 +1141,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     C = FUSED_CHUNK
     alias = prep_alias(io == "bf16", prep_defines, ops=impl in PRE_IMPLS)   # 07's (21's) layout
     ring = stage_ring(impl, defines)                 # 23's staging ring (probe build)
+    slots = share_slots(defines) if impl in SHARE_IMPLS else 0   # 26's ring of images (before its build)
     if prep_defines and (impl == "fused" or impl in PRE_IMPLS):
         raise ValueError(f"prep_defines are probe builds of 07; impl={impl!r} runs "
                          f"{'06 alone' if impl == 'fused' else '21 in its place'}")
@@ -1167,7 +1177,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
                 raise ValueError(f"impl='share' (26) needs all of its B * H * V / bv = {B * H * (V // int(bv))} blocks "
                                  f"resident at once (one per SM; this GPU has {sms}): pass a larger bv, fewer heads, "
                                  "or impl='kdreg'")
-            ws["RING"] = cp.zeros((B, H, SHARE_SLOTS, ops_image_bytes(K, bf16=False) // 4), dtype=cp.uint32)
+            ws["RING"] = cp.zeros((B, H, slots, ops_image_bytes(K, bf16=False) // 4), dtype=cp.uint32)
             ws["MADE"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
             ws["ACKS"] = cp.zeros((B, H, -(-T // C), V // int(bv)), dtype=cp.int32)
     o = cp.empty((B, T, H, V), dtype=cp.int16 if io == "bf16" else cp.float32)
