@@ -372,7 +372,7 @@ static __device__ __forceinline__ void wgmma_m64n32k16_rs_kb(float (&d)[16], con
 
 // A MN-major in shared memory (tnspA = 1: K rows of the M values, 128-byte swizzle; B K-major), bf16:
 // for an A operand whose writer holds a column of it (delta step 19: WG_E holds one channel of
-// [Kg; Qg] over the chunk's tokens). N = the recurrence's 16 or 32 value columns.
+// [Kg; Qg] over the chunk's tokens). N = the recurrence's 16, 32 or (27) 64 value columns.
 static __device__ __forceinline__ void wgmma_m64n16k16_ss_mna(float (&d)[8], unsigned long long da, unsigned long long db, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
@@ -391,6 +391,18 @@ static __device__ __forceinline__ void wgmma_m64n32k16_ss_mna(float (&d)[16], un
       : "l"(da), "l"(db), "r"(accumulate));
 }
 
+static __device__ __forceinline__ void wgmma_m64n64k16_ss_mna(float (&d)[32], unsigned long long da, unsigned long long db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
 // The m64nNk16 variant for a compile-time N: what the kernels call. wgmma_ss: A and B K-major in
 // shared memory, N in {16, 32, 64, 128}; wgmma_ss_mna: A MN-major (below); wgmma_rs: A from registers, B MN-major, N in {64, 128};
 // wgmma_rs_kb: A from registers, B K-major, N in {16, 32, 64, 128}.
@@ -401,12 +413,13 @@ static __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long
     else if constexpr (N == 64) wgmma_m64n64k16_ss<BF16>(d, da, db, acc);
     else wgmma_m64n128k16_ss<BF16>(d, da, db, acc);
 }
-// wgmma_ss_mna: A MN-major (bf16), B K-major, both in shared memory; N in {16, 32}.
+// wgmma_ss_mna: A MN-major (bf16), B K-major, both in shared memory; N in {16, 32, 64}.
 template <int N>
 static __device__ __forceinline__ void wgmma_ss_mna(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
-    static_assert(N == 16 || N == 32, "wgmma_ss_mna: N in {16, 32}");
+    static_assert(N == 16 || N == 32 || N == 64, "wgmma_ss_mna: N in {16, 32, 64}");
     if constexpr (N == 16) wgmma_m64n16k16_ss_mna(d, da, db, acc);
-    else wgmma_m64n32k16_ss_mna(d, da, db, acc);
+    else if constexpr (N == 32) wgmma_m64n32k16_ss_mna(d, da, db, acc);
+    else wgmma_m64n64k16_ss_mna(d, da, db, acc);
 }
 template <int N, bool BF16>
 static __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {

@@ -27,17 +27,21 @@ import pandas as pd
 from attnlab.arrays import rel_error
 from attnlab.results import write_csv_atomic
 from attnlab.delta import kernels as dk
-from attnlab.delta.bench import _timed, device_inputs, fla_functions
+from attnlab.delta.bench import _timed, device_inputs, fla_bf16_call, fla_functions
 
-#: (label, impl, the recurrence's defines, stages timed: (stages, stage label), ...)
-FORMS = (("07+24", "kdreg", None, (((1, 2), "all"), ((2,), "recurrence"))),
-         ("07+26", "share", None, (((1, 2), "all"), ((2,), "recurrence"))),
-         ("24 chain alone (KDA_PROBE=5)", "kdreg", {"KDA_PROBE": 5}, (((2,), "recurrence"),)),
-         ("24 at a quarter of WG_E's tokens (KDA_E_SHARE=4)", "kdreg", {"KDA_E_SHARE": 4}, (((2,), "recurrence"),)))
+#: (label, impl, the recurrence's defines, side by side, stages timed: (stages, stage label), ...)
+FORMS = (("07+24", "kdreg", None, False, (((1, 2), "all"), ((2,), "recurrence"))),
+         ("07+26", "share", None, False, (((1, 2), "all"), ((2,), "recurrence"))),
+         ("24 chain alone (KDA_PROBE=5)", "kdreg", {"KDA_PROBE": 5}, False, (((2,), "recurrence"),)),
+         ("24 at a quarter of WG_E's tokens (KDA_E_SHARE=4)", "kdreg", {"KDA_E_SHARE": 4}, False, (((2,), "recurrence"),)))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_forms(forms, csv_name: str, description: str) -> None:
+    """Time ``forms`` (:data:`FORMS`' shape; the first must be 07 -> 24, the reference the others' results are compared
+    with) at B=2, H=16, K=V=128 on fp32 inputs for each --T, in turn, --rounds times, with fla's chunk_kda (bf16) in the
+    same run; write the rows to --out/``csv_name`` after each T (a temporary file, then a rename). A form marked side by
+    side runs so where its launcher allows it (``plan.overlap``); the others one kernel after the other."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget", type=float, default=0.3, help="seconds of timing per entry")
@@ -52,16 +56,17 @@ def main() -> None:
         _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
         x = {n: d[n] for n in ("q", "k", "v", "g", "beta")}
         plans, ref = {}, None
-        for label, impl, defines, stages in FORMS:
+        for label, impl, defines, side, stages in forms:
             p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, defines=defines)
+            p.overlap = p.overlap and side
             p.poison()
             o, s = (y.get() for y in p.run())
             err = {}
-            if defines is None:   # the two builds with valid results: 26 against 24
+            if defines is None:   # the builds with valid results, against 07 -> 24's
                 ref = ref or (o, s)
                 err = dict(rel_o_vs_24=rel_error(o, ref[0]), rel_state_vs_24=rel_error(s, ref[1]),
                            equal_to_24=bool(np.array_equal(o, ref[0]) and np.array_equal(s, ref[1])),
-                           finite=bool(np.isfinite(o).all()))
+                           finite=bool(np.isfinite(o).all()), overlap=p.overlap, epoch=p.epoch)
                 print(f"T={T} {label}: {err}", flush=True)
             plans[label] = (p, stages, err)
         for rnd in range(a.rounds):
@@ -69,24 +74,20 @@ def main() -> None:
                 for st, stage in stages:
                     rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation=label, T=T,
                                        stage=stage, round=rnd, **err))
+                    print(f"T={T} {label} {stage} round {rnd}: {rows[-1]['median_ms']:.4f} ms", flush=True)
         del plans
         if chunk_kda is not None:
-            from attnlab.delta import fast
-            import torch
-
-            t = fast.bf16_inputs(d)
-
-            def call(t=t):
-                with torch.no_grad():
-                    return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
-            call()
-            torch.cuda.synchronize()
+            call = fla_bf16_call(d, chunk_kda)
             rows.append(_timed(call, a.budget, implementation="fla chunk_kda bf16", T=T, stage="all", round=0))
-        write_csv_atomic(pd.DataFrame(rows), Path(a.out) / "probe_share.csv")
+        write_csv_atomic(pd.DataFrame(rows), Path(a.out) / csv_name)
         del d
     df = pd.DataFrame(rows)
     print(df.pivot_table(index=["implementation", "stage"], columns=["T", "round"], values="median_ms",
                          sort=False).to_string())
+
+
+def main() -> None:
+    run_forms(FORMS, "probe_share.csv", __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -244,7 +244,8 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
         assert "fence.proxy.async.shared::cta" in r.ptx
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                       "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide",
-                      "kda_chunk_state_pre", "kda_chunk_state_kdreg", "kda_chunk_state_wy", "kda_chunk_state_share"):
+                      "kda_chunk_state_pre", "kda_chunk_state_kdreg", "kda_chunk_state_wy", "kda_chunk_state_share",
+                      "kda_chunk_state_side"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -272,6 +273,14 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
             assert "ex2.approx" in r.ptx and "cp.async.bulk.global.shared::cta.bulk_group" in r.ptx
             assert "cp.async.bulk.wait_group 0" in r.ptx
             assert "st.release.gpu.global.s32" in r.ptx and "ld.acquire.gpu.global.s32" in r.ptx
+        if function == "kda_chunk_state_side":   # 27: 24's products, every one m64n64 (64 value columns), 24's count;
+            (r24,) = static_build(dk.KDREG_SRC, "kda_chunk_state_kdreg", [args[:3] + (32, False)],   # v in two tensor
+                                  dk.static_arch(function, arch))                                  # copies a chunk, and
+            wg = [ln for ln in r.ptx.splitlines() if "wgmma.mma_async.sync.aligned.m64n" in ln]   # 07's flags acquired
+            assert len(wg) == r24.ptx.count("wgmma.mma_async.sync.aligned.m64n") and all(".m64n64k16." in ln for ln in wg)
+            tma = "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+            assert r.ptx.count(tma) > r24.ptx.count(tma), f"{r.name}: v's second box"
+            assert "ld.acquire.gpu.global.s32" in r.ptx and "fence.proxy.async.global" in r.ptx
     elif spec.form == "tc":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx

@@ -359,6 +359,8 @@ def test_launcher_and_notebook_functions_under_cpu_emulation(fake_cupy):
                   if impl in dk.PRE_IMPLS else 0)   # 21 -> 22: the hi / lo images and the ready flags
         if impl in dk.SHARE_IMPLS:   # 26: a ring of images a head, made flags, each block's acknowledgements
             images = 2 * 2 * dk.SHARE_SLOTS * dk.ops_image_bytes(64, bf16=False) + 4 * 2 * 2 * 2 * (1 + 64 // plan.bv)
+        if impl in dk.SIDE_IMPLS:   # 27: 07's ready flags
+            images = 4 * 2 * 2 * 2
         assert plan.workspace_bytes() == (0 if impl == "fused" else 4 * int(np.prod(dk.ta_workspace_shape(2, 37, 2))) + images)
     for impl, bv in dk.FIXED_BV.items():   # 16 and 23: their width is the chain's, any other is one line
         with pytest.raises(ValueError, match=rf"impl='{impl}' \(kernel {dk.state_step(impl)}\) runs {bv} value columns per "
@@ -694,6 +696,55 @@ def test_share_recurrence_reproduces_24_under_cpu_emulation(fake_cupy, monkeypat
     epoch = plan.epoch
     o2, s2 = (a.get() for a in plan.run())
     assert plan.epoch == epoch + 1 and np.array_equal(o2, o) and np.array_equal(s2, s)
+
+
+@pytest.mark.parametrize("K, T, H, side", [(64, 100, 3, True), (128, 40, 1, False)],
+                         ids=["K64-T100-side-by-side", "K128-one-after-the-other"])
+def test_side_recurrence_reproduces_24_under_cpu_emulation(fake_cupy, K, T, H, side):
+    """27 ("side": 24's loop at 64 value columns a block, X^T and V'^T in one tile, v in boxes of 32 columns) after
+    07 in 21's grid order (kda_chunk_prep_side) through kda_tc's launch path on the CPU model: every column's products
+    are 24's in 24's order, so o and the final state are 24's (32 columns a block) bit for bit, with a tail chunk, an
+    initial state and an odd head count. Side by side (the fake device runs 07 to its end, then 27, which acquires
+    every chunk's ready flag: a flag 07 did not set aborts the model), a new epoch each call; one after the other
+    (overlap off, as under compute-sanitizer), epoch 0 and no flags."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, T, H, K, K, seed=29 + T, gate="mixed", initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    plan = dk.prepare_tc(**d, output_final_state=True, impl="side")
+    assert plan.bv == dk.SIDE_BV == 64 and plan.overlap   # 1 * H * 1 blocks leave the fake device's SMs free
+    cfg = plan.launch_configs()
+    assert cfg["prep"]["grid"] == (H, -(-T // 32), 1) and cfg["state"]["grid"] == (K // 64, H, 1)
+    assert cfg["state"]["smem"] == 4 * dk.side_smem_words(K, K, 64) <= 227 * 1024
+    plan.overlap = side
+    plan.poison()
+    o, s = (a.get() for a in plan.run())
+    assert plan.epoch == (1 if side else 0)
+    if side:
+        assert (plan.ws["READY"].get() == 1).all()
+    o24, s24 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=32).run())
+    assert np.array_equal(o, o24) and np.array_equal(s, s24), (rel(o, o24), rel(s, s24))
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL
+    if side:
+        o2, s2 = (a.get() for a in plan.run())
+        assert plan.epoch == 2 and (plan.ws["READY"].get() == 2).all()
+        assert np.array_equal(o2, o) and np.array_equal(s2, s)
+
+
+def test_side_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
+    """27's one-line errors: a value-block width other than its 64, and bf16 inputs."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, 40, 2, 64, 64, seed=3)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    with pytest.raises(ValueError, match=r"impl='side' \(kernel 27\) runs 64 value columns per block, got bv=32"):
+        dk.prepare_tc(**d, impl="side", bv=32)
+    monkeypatch.setattr(dk, "_is_torch_bf16", lambda a: True)
+    with pytest.raises(ValueError, match=r"impl='side' \(27, .*\) runs on fp32 inputs only: .*; pass impl='kdreg'"):
+        dk.prepare_tc(**d, impl="side")
 
 
 def test_share_refuses_what_it_cannot_run(fake_cupy, monkeypatch):

@@ -85,7 +85,8 @@ struct KdaPrepLayout {
 
 // 21 (kernels/delta/21_chunk_prep_ops.cu) runs this body with OPS: each chunk's element-wise operands of
 // the recurrence, stored to `ops` as the recurrence's shared-memory image (kda_ops_image, ops_image.cuh).
-template <int K, int C, bool BF, bool A2, bool OPS>
+// SIDE (21, and 07 beside 27: kda_chunk_prep_side): 21's grid order and ready flags without (unless OPS) the images.
+template <int K, int C, bool BF, bool A2, bool OPS, bool SIDE = OPS>
 static __device__ __forceinline__ void
 kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
@@ -122,9 +123,9 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
     const int tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32;
     const int g8 = lane / 4, t4 = lane % 4;
-    // 21 (OPS): grid (B H, NC), every head's chunk n dispatched before any head's chunk n + 1, the order in
-    // which 22 reads them when the two run side by side
-    const int n = OPS ? blockIdx.y : blockIdx.x, h = OPS ? blockIdx.x % H : blockIdx.y, b = OPS ? blockIdx.x / H : blockIdx.z;
+    // 21 (OPS) and 07 beside 27 (SIDE): grid (B H, NC), every head's chunk n dispatched before any head's chunk n + 1,
+    // the order in which 22 (27) reads them when the two run side by side
+    const int n = SIDE ? blockIdx.y : blockIdx.x, h = SIDE ? blockIdx.x % H : blockIdx.y, b = SIDE ? blockIdx.x / H : blockIdx.z;
     const long long TT = T;
     const int NC = (T + C - 1) / C;
     const long long t0 = (long long)n * C;
@@ -430,7 +431,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
         }
     }
     KDA_PH(11);
-    if constexpr (OPS) {   // 21 beside 22 (epoch > 0): the chunk is published (ops_image.cuh)
+    if constexpr (SIDE) {   // 21 beside 22, 07 beside 27 (epoch > 0): the chunk is published (ops_image.cuh)
         // Every thread's stores come before the barrier, and thread 0's release at GPU scope after it is cumulative
         // over them (a grid barrier publishes a block's writes the same way). A fence in every thread first held each
         // block about 1700 cycles longer (scripts/probe_delta_timeline.py).
@@ -454,4 +455,16 @@ kda_chunk_prep(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn
                unsigned* __restrict__ TA,        // [B, H, NC, 4, C, C/2]
                int T, int H, float scale) {
     kda_prep_body<K, C, BF, A2, false>(q, k, g, beta, TA, nullptr, nullptr, 0, T, H, scale);
+}
+
+// 07 beside 27 (kernels/delta/27_chunk_state_side.cu): 07 with A2, in 21's grid order (B H, NC), each block setting its
+// chunk's ready flag to the call's epoch once its words are written (epoch 0: one kernel after the other, no flags).
+// The same arithmetic and words as kda_chunk_prep<K, C, false, true>.
+template <int K, int C>
+__global__ void __launch_bounds__(256, KDA_PREP_ALIAS ? 4 : 3)
+kda_chunk_prep_side(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ g,
+                    const float* __restrict__ beta, unsigned* __restrict__ TA,   // [B, H, NC, 4, C, C/2]
+                    int* __restrict__ ready, int epoch,                          // [B, H, NC]
+                    int T, int H, float scale) {
+    kda_prep_body<K, C, false, true, false, true>(q, k, g, beta, TA, nullptr, ready, epoch, T, H, scale);
 }

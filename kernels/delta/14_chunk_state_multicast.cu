@@ -194,7 +194,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     static_assert(!PRE || (KDA_PROBE == 0 || KDA_PROBE == 3), "22 has no element-wise warpgroup to probe");
     using TIn = typename KdaIn<BF>::T;
     static_assert(C == 32, "07 hands over T and Aqk T for chunks of 32");
-    static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32) && V % BV == 0, "K in {64,128}, BV in {16,32}");
+    static_assert((K == 64 || K == 128) && (BV == 16 || BV == 32 || (BV == 64 && P4R && SLOT == 2 && !WY && !BF)) && V % BV == 0,
+                  "K in {64,128}, BV in {16,32} (27: 24's loop at 64, fp32 inputs)");
     static_assert(CL >= 1 && CL <= 8 && (V / BV) % CL == 0, "a cluster is 1-8 of a head's value blocks");
     constexpr int BAR_PROD = KdaWgBars::PROD, BAR_EMPTY = KdaWgBars::EMPTY;
 
@@ -416,6 +417,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         // ====================================================== WG_C: the chain of products (13's)
         KDA_TL(if (cx.tid == 0) kda_tl_full_wait = 0;)
         if constexpr (HILO) kda_wg_chain_hilo<L>(cx, beta, h0, o, ht, maps[3], maps[4]);   // 23
+        else if constexpr (L::W64) kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, maps[3], maps[4], ready, epoch);   // 27
         else kda_wg_chain<L, SLOT>(cx, v, beta, TA, h0, o, ht, SLOT == 2 ? maps[3] : nullptr, SLOT == 2 ? maps[4] : nullptr);
         KDA_TL(if (PRE && cx.tid == 0) {
             unsigned long long* w = kda_tl_state_words(ready, H, NC);

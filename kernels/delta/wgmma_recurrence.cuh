@@ -67,7 +67,11 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int OFF_STH = 0;
     static constexpr int OFF_STL = OFF_STH + ST_BYTES;
     static constexpr int OFF_X = OFF_STL + ST_BYTES;    // X^T [BV][hi | lo]
-    static constexpr int OFF_VP = OFF_X + (HILO ? 0 : BV * 128);   // V'^T [BV][hi | lo]
+    // 27 (24's loop at 64 value columns, W64): X^T and V'^T share one tile (24's chain writes V'^T once P2, X^T's only
+    // reader, has completed, and the next X^T once P4, V'^T's last reader, has), so that the layout fits 227 KB; and
+    // WG_C waits for 07's ready flag of each chunk before it copies the chunk's T / A2 words (07 beside it)
+    static constexpr bool W64 = P4R_ && BV == 64;
+    static constexpr int OFF_VP = OFF_X + (HILO || W64 ? 0 : BV * 128);   // V'^T [BV][hi | lo]
     // WG_E's operand buffers. NKD = 2: two, each Kd^T [K][hi | lo], then Kbg, Qg [C][LE] fp32, 2^G_L [K].
     // NKD = 3: two Kbg, Qg buffers (KQ), then three of Kd^T and 2^G_L (KD)
     static constexpr int NKD = NKD_;
@@ -81,6 +85,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int KQB_BYTES = ((2 * C * LE * 4 + 1023) / 1024) * 1024;
     static constexpr int KDB_BYTES = ((KD_BYTES + K * 4 + 1023) / 1024) * 1024;
     static constexpr int OFF_OPB = OFF_VP + (HILO ? 0 : BV * 128);
+    // v's rows in the slot as tensor copies land them: one box (BV * ESZ <= 128 bytes), or (27 on fp32 inputs) boxes
+    // of 32 columns, 128-byte rows each, one after the other (a copy's swizzle spans 128 bytes at most)
+    static constexpr int VBOX = BV * ESZ > 128 ? 128 / ESZ : BV;
     static constexpr int OFF_KDR = OFF_OPB + 2 * KQB_BYTES;   // NKD = 3: the Kd^T ring after the two KQ buffers
     static constexpr int OPS_BYTES = NKD == 2 ? 2 * OPB_BYTES : 2 * KQB_BYTES + 3 * KDB_BYTES;
     // WG_C's copy slots (two): T hi, T lo, A2 hi, A2 lo [C][LC] words, v [C][LV]
@@ -196,6 +203,18 @@ static __device__ __forceinline__ int kda_slot_sw(int e, int esz) {
     const int a = e * esz;
     return SW ? a ^ (((a >> 7) & (SW / 16 - 1)) << 4) : a;
 }
+
+// Element offset, in a WG_C slot's v rows, of token i's column c: SLOT 2 as the tensor copies swizzled them, in one box or
+// (27 on fp32 inputs) in boxes of L::VBOX columns one after the other; else rows of L::LV elements.
+template <class L, int SLOT>
+struct KdaVOff {
+    static constexpr bool SPLIT = SLOT == 2 && L::VBOX < L::BV;
+    static constexpr int VB = L::VBOX, ESZ = L::ESZ, VSW = L::VBOX * L::ESZ, OSW = SLOT == 2 ? L::BV * L::ESZ : 0;
+    static __device__ __forceinline__ int at(int i, int c) {
+        return SPLIT ? (c / VB) * (L::C * VB) + kda_slot_sw<VSW>(i * VB + c % VB, ESZ) / ESZ
+                     : kda_slot_sw<OSW>(i * L::LV + c, ESZ) / ESZ;
+    }
+};
 
 // Shared-space address of (row r, 16-byte chunk ch) of a K-major 128-byte-swizzle tile at `tile`.
 static __device__ __forceinline__ unsigned kda_sw128(unsigned tile, int r, int ch) {
@@ -481,7 +500,12 @@ static __device__ __forceinline__ void kda_slot_tma(const KdaWgCtx<L>& cx, int n
     const unsigned slot = cx.base + L::OFF_SLOT + (n & 1) * L::SLOT_BYTES, bar = cx.base + L::OFF_MBAR + 16 + 8 * (n & 1);
     mbar_arrive_expect_tx(bar, L::TA_BYTES + L::C * L::BV * L::ESZ);
     tma_load_4d(slot, tta, 0, 0, (int)((cx.bh * cx.NC + n) * 4 * L::C), 0, bar);
-    tma_load_4d(slot + L::TA_BYTES, tv, cx.v0, cx.h, n * L::C, cx.b, bar);
+    if constexpr (L::VBOX == L::BV) tma_load_4d(slot + L::TA_BYTES, tv, cx.v0, cx.h, n * L::C, cx.b, bar);
+    else {   // 27 on fp32 inputs: boxes of VBOX columns
+#pragma unroll
+        for (int x = 0; x < L::BV / L::VBOX; ++x)
+            tma_load_4d(slot + L::TA_BYTES + x * L::C * 128, tv, cx.v0 + x * L::VBOX, cx.h, n * L::C, cx.b, bar);
+    }
 }
 
 // WG_C, the whole pass: the chain of products over every chunk, then the final state. Its T / A2
@@ -498,8 +522,10 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                                                     const typename KdaIn<L::BF>::T* __restrict__ beta,
                                                     const unsigned* __restrict__ TA, const float* __restrict__ h0,
                                                     typename KdaIn<L::BF>::T* __restrict__ o, float* __restrict__ ht,
-                                                    const TmaMap* tv = nullptr, const TmaMap* tta = nullptr) {
+                                                    const TmaMap* tv = nullptr, const TmaMap* tta = nullptr,
+                                                    const int* __restrict__ ready = nullptr, int epoch = 0) {
     static_assert(SLOT >= 0 && SLOT <= 2 && L::DENSE == (SLOT == 2), "tensor-copied slots are unpadded, the others padded");
+    static_assert(!L::W64 || (SLOT == 2 && L::P4R && !L::WY && !L::AHEAD), "27: 24's tensor-copy loop");
     constexpr bool BSLOT = SLOT > 0;
     constexpr int K = L::K, V = L::V, C = L::C, BV = L::BV;
     constexpr bool BF = L::BF;
@@ -588,6 +614,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         const unsigned* src = ta_head + (long long)n * (4 * C * (C / 2));
         if constexpr (SLOT == 2) {   // thread 0: the chunk's T / A2 rows and its v box, swizzled (22: its producer warp)
             (void)src; (void)dta;
+            if constexpr (L::W64) {   // 27 beside 07 (epoch > 0): 07 has published chunk n's words
+                if (tid == 0 && epoch > 0) kda_wait_ready(ready + bh * NC + n, epoch);
+            }
             if (tid == 0 && !L::PRE) kda_slot_tma<L>(cx, n, tv, tta);
             return;
         }
@@ -763,8 +792,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         const TIn* sv = reinterpret_cast<const TIn*>(slot(n) + L::TA_BYTES);
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
-            const float2 vv = kda_ld2<BF>(sv + kda_slot_sw<SLOT == 2 ? BV * (int)sizeof(TIn) : 0>(
-                                                   i * LV + 8 * j + 2 * t4, (int)sizeof(TIn)) / (int)sizeof(TIn));
+            const int c = 8 * j + 2 * t4;
+            const float2 vv = kda_ld2<BF>(sv + KdaVOff<L, SLOT>::at(i, c));
             if constexpr (L::DIET) {   // P1's rows are Kg S (15: WG_E leaves beta to this row)
                 x[2 * j] = beta_i * (vv.x - p1[4 * j]);
                 x[2 * j + 1] = beta_i * (vv.y - p1[4 * j + 1]);

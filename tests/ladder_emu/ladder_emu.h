@@ -940,7 +940,7 @@ inline void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long lon
 // A MN-major (tnspA: K rows of the M values, 128-byte swizzle), bf16, B K-major: kernels/hopper.cuh's wgmma_ss_mna
 template <int N>
 inline void wgmma_ss_mna(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
-    static_assert(N == 16 || N == 32, "wgmma_ss_mna: N in {16, 32}");
+    static_assert(N == 16 || N == 32 || N == 64, "wgmma_ss_mna: N in {16, 32, 64}");
     auto arow = [da](int, int row, int k) { return emu_smem_half<true, true>(da, row, k); };
     emu_wgmma<N, true, decltype(arow), false, 2>(d, arow, db, acc, da);
 }

@@ -93,6 +93,8 @@ FP32_ONLY_WHY = {
            "form yet)", "impl='kdreg'"),
     "share": ("26, the operand images made once per head in the kernel", "its maker is 19's fp32 element-wise "
               "arithmetic into fp32 images (no bf16 form yet)", "impl='pre'"),
+    "side": ("27, 24's loop at 64 value columns beside 07", "its v slots are laid out for fp32 rows (no bf16 form yet; "
+             "the bf16-I/O target is met by 07 + 20)", "impl='kdreg'"),
 }
 FP32_ONLY_IMPLS = tuple(FP32_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -101,6 +103,7 @@ WIDE_THREADS = 384                # 20: the chain warpgroup and two element-wise
 PRE_THREADS = 160                 # 22: the chain warpgroup and one warp that issues the operands' bulk copies
 SHARE_THREADS = 288               # 26: 22's, and the maker warpgroup
 SHARE_SLOTS = 8                   # 26: images in a head's ring (KDA_SHARE_SLOTS's default, 14_chunk_state_multicast.cu)
+SIDE_BV = 64                      # 27: value columns a block (24's loop at m64n64 wgmmas), half 24's grid
 
 
 # ----------------------------------------------------------------------------- registry
@@ -216,12 +219,17 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "warpgroup makes every (V / BV)-th chunk of its head (19's arithmetic, from a staging tile) into a "
                 "ring of eight images in global memory (L2), published by a flag; every block lands every chunk "
                 "from the ring and acknowledges it (fp32 inputs, the whole grid resident)"),
+    DeltaKernel("27", "delta/27_chunk_state_side.cu", "kda_chunk_state_side", "tc",
+                "recurrence on warpgroup MMAs at 64 value columns a block, 07 beside it (sm_90a)", 90,
+                "24's loop with every wgmma m64n64 (64 value columns a block, half 24's grid; X^T and V'^T share a "
+                "tile to fit 227 KB), so that 07 runs beside it on the SMs its grid leaves free, in 21's grid order; "
+                "WG_C waits for each chunk on 07's ready flag (fp32 inputs)"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
  WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
- WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC, SHARE_SRC) = (
+ WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC, SHARE_SRC, SIDE_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -664,7 +672,7 @@ def prep_ops_blocks_per_sm(bf16: bool) -> int:
 #: Spill bytes (stores, loads, stack) a kernel's static build may show; every other kernel builds without
 #: spills. 21 at 64 registers spills a few dozen bytes and ran faster alone than at 80 without (0.40 against
 #: 0.44 ms, scripts/probe_delta_timeline.py), and only at 64 do two of its blocks fit beside one of 22.
-SPILL_ALLOWANCE = {"kda_chunk_prep_ops": 32}
+SPILL_ALLOWANCE = {"kda_chunk_prep_ops": 32, "kda_chunk_prep_side": 16}   # 07 beside 27: 8 bytes (its flag's two arguments)
 
 
 def onchip_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
@@ -751,6 +759,12 @@ def share_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     tile the maker's and K * 4 bytes larger (a chunk's image takes its place once read), and 22's two more mbarriers
     (the operand buffers', which the producer warp's copies complete on)."""
     return tile_smem_words(K, V, BV, C) + K + 4
+
+
+def side_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_side`` (27) in words: 24's layout (:func:`tile_smem_words`) at its
+    64 value columns, less one BV x 128-byte tile (X^T and V'^T share one, ``KdaWgLayout``'s W64)."""
+    return tile_smem_words(K, V, BV, C) - BV * 128 // 4
 
 
 def share_slots(defines: dict | None) -> int:
@@ -901,7 +915,7 @@ class TcPlan:
         threads = threads(self.bv) if callable(threads) else threads
         state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1),
                      smem=state_smem_bytes(self.impl, K, V, self.bv, self.io, self.state_ring))
-        return {"prep": dict(grid=(B * H, NC, 1) if self.impl in PRE_IMPLS else (NC, H, B), block=(FUSED_THREADS, 1, 1),
+        return {"prep": dict(grid=(B * H, NC, 1) if self.impl in PRE_IMPLS + SIDE_IMPLS else (NC, H, B), block=(FUSED_THREADS, 1, 1),
                              smem=4 * prep_smem_words(K, alias=prep_alias(self.io == "bf16", None, ops=self.impl in PRE_IMPLS)
                                                       if self.prep_alias is None else self.prep_alias)),
                 "state": state}
@@ -924,12 +938,14 @@ class TcPlan:
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale), shared_mem=c["smem"])
             return self.output(), self.final_state
-        side = "OPS" in self.ws and self.overlap and tuple(stages) == (1, 2)
+        side = "READY" in self.ws and self.overlap and tuple(stages) == (1, 2)
+        if side:
+            self.epoch = self.epoch % (2**31 - 1) + 1
         ops = ()
         if "OPS" in self.ws:   # 21 -> 22: the operand images after 07's words, the ready flags, the epoch (0: no flags)
-            if side:
-                self.epoch = self.epoch % (2**31 - 1) + 1
             ops = (self.ws["OPS"], self.ws["READY"], np.int32(self.epoch if side else 0))
+        elif "READY" in self.ws:   # 07 beside 27: the ready flags, the epoch (0: no flags)
+            ops = (self.ws["READY"], np.int32(self.epoch if side else 0))
         share = ()
         if "RING" in self.ws and 2 in stages:   # 26: its ring, flags and acknowledgements; a new epoch each launch
             self.epoch = self.epoch % (2**31 - 1) + 1
@@ -947,7 +963,7 @@ class TcPlan:
                                   (a["q"], a["k"], a["v"], a["g"], a["beta"], self.ws["TA"], *ops, *share, h0, self.o, fs,
                                    np.int32(T), np.int32(H), self.scale, *self.state_maps), shared_mem=c["smem"])
 
-        if side:   # 22 first, on the higher-priority stream, so that its blocks hold their SMs before 21's fill them
+        if side:   # 22 (27) first, on the higher-priority stream, so that its blocks hold their SMs before 21's (07's) fill them
             import cupy as cp
 
             main = cp.cuda.get_current_stream()
@@ -1000,6 +1016,7 @@ STATE_IMPLS = {
     "kdreg": (KDREG_SRC, "kda_chunk_state_kdreg", WGMMA_THREADS, tile_smem_words),   # 24: 19's layout
     "wy": (WY_SRC, "kda_chunk_state_wy", WGMMA_THREADS, wy_smem_words),   # 25: 24's, plus T's words and T' buffers
     "share": (SHARE_SRC, "kda_chunk_state_share", SHARE_THREADS, share_smem_words),   # 26: 19's, two more mbarriers
+    "side": (SIDE_SRC, "kda_chunk_state_side", WGMMA_THREADS, side_smem_words),   # 27: 24's at 64 columns, X^T = V'^T
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -1037,20 +1054,24 @@ TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" wi
              "hilo",                                     # 23: 19 with the chain turned around in registers
              "kdreg",                                    # 24: 19 with P4's A from registers
              "wy",                                       # 25: 24 in the WY form (07 hands over Aqk, not A2)
-             "share")                                    # 26: 22's chain, the images made in the kernel
+             "share",                                    # 26: 22's chain, the images made in the kernel
+             "side")                                     # 27: 24 at 64 value columns, 07 beside it
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
 WGRS_IMPLS = ("wgrs",)
 #: impls whose value-block width is fixed by their chain (the wgmma's 64 accumulator rows): 16 holds 64 columns,
 #: 23 32 columns twice (hi and lo rows)
-FIXED_BV = {"wgrs": WGRS_BV, "hilo": 32}
+FIXED_BV = {"wgrs": WGRS_BV, "hilo": 32, "side": SIDE_BV}
 #: 21 -> 22 ("pre"): 21 in place of 07 (its second output, the operand images, is 22's input); 22 takes the
 #: tensor maps of v and 21's T / A2 words as the TMA forms' slots do
 PRE_IMPLS = ("pre",)
 #: 07 -> 26 ("share"): the ring of operand images, the made flags and acknowledgements, the call's epoch; every block
 #: of the grid must be resident at once (share_resident)
 SHARE_IMPLS = ("share",)
+#: 07 beside 27 ("side"): 07 in 21's grid order with ready flags (kda_chunk_prep_side), the two side by side where 27's
+#: grid leaves an SM free (side_by_side_safe), else one after the other
+SIDE_IMPLS = ("side",)
 MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC): the y axis
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
               **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
@@ -1154,6 +1175,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         bf = io == "bf16"     # 07 and the BF16_IMPLS recurrences take it after (K, V, C, BV)
         prep_args = (K, C, bf, impl in PREP_A2_IMPLS)   # 07's A2 flag: Aqk T in place of Aqk (13)
         prep = (load_kernel(PREP_OPS_SRC, "kda_chunk_prep_ops", (K, C, bf)) if impl in PRE_IMPLS   # 21: 07<A2> + images
+                else load_kernel(PREP_SRC, "kda_chunk_prep_side", (K, C), defines=prep_defines) if impl in SIDE_IMPLS
                 else load_kernel(PREP_SRC, "kda_chunk_prep", prep_args, defines=prep_defines))
         kernels = {"prep": prep,
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
@@ -1170,6 +1192,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
             # zeroed once: at K = 64 half of each Kd^T row is never written by 21 (no product reads it; 22's copy
             # moves it, and compute-sanitizer's initcheck would count that as a read of uninitialised memory)
             ws["OPS"] = cp.zeros(ops_workspace_shape(B, T, H, K, bf16=bf), dtype=cp.uint32)
+            ws["READY"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
+        if impl in SIDE_IMPLS:   # 27: 07's ready flags
             ws["READY"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
         if impl in SHARE_IMPLS:   # 26: the heads' rings of images, the made flags and the blocks' acknowledgements
             sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
@@ -1197,13 +1221,14 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
             # WG_C's slot ("tma2"): v in value blocks, a box row's swizzle; 07's T / A2 words as rows of C/2
             # words, a chunk's 4C rows a box, the 64-byte swizzle (kernels/delta/wgmma_recurrence.cuh)
             esz = 2 if io == "bf16" else 4
-            maps += (tensor_map_rows(data_ptr(arrays["v"]), IO_DTYPES[io], B, T, H, V, C, cols=int(bv), swizzle=int(bv) * esz),
+            vbox = min(int(bv), 128 // esz)   # 27 on fp32 inputs: boxes of 32 columns (a copy swizzles 128 bytes at most)
+            maps += (tensor_map_rows(data_ptr(arrays["v"]), IO_DTYPES[io], B, T, H, V, C, cols=vbox, swizzle=vbox * esz),
                      tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, 4 * C, swizzle=64))
         else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
             maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
     plan = TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps,
                   prep_alias=alias, state_ring=ring)
-    if impl in PRE_IMPLS:   # side by side only where 22's grid leaves an SM free (side_by_side_safe)
+    if impl in PRE_IMPLS or impl in SIDE_IMPLS:   # side by side only where 22's (27's) grid leaves an SM free
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         plan.overlap = side_by_side_safe(B, H, V, int(bv), sms)
         for kern in kernels.values():   # one carveout for both: two blocks of 21 fit beside one of 22 (21's header)
@@ -1249,6 +1274,10 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * fused_smem_words(args[0], args[1], args[3])
     if function == "kda_chunk_prep":   # (K, C, BF, A2): aliased on both paths
         return 4 * prep_smem_words(args[0])
+    if function == "kda_chunk_prep_side":   # (K, C): 07's fp32 aliased layout
+        return 4 * prep_smem_words(args[0])
+    if function == "kda_chunk_state_side":   # (K, V, C, BV)
+        return 4 * side_smem_words(args[0], args[1], args[3], args[2])
     if function == "kda_chunk_prep_ops":   # (K, C, BF): aliased on bf16 inputs only
         return 4 * prep_smem_words(args[0], alias=prep_alias(bool(args[2]), None, ops=True))
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
@@ -1288,6 +1317,8 @@ def tc_threads(function: str, args: tuple) -> int:
         return FUSED_THREADS
     if function == "kda_chunk_prep":   # (K, C, BF, A2)
         return prep_blocks_per_sm(bool(args[2])) * FUSED_THREADS
+    if function == "kda_chunk_prep_side":   # (K, C): 07's fp32 build, four blocks per SM
+        return prep_blocks_per_sm(False) * FUSED_THREADS
     if function == "kda_chunk_prep_ops":   # (K, C, BF): 21 is built for four blocks per SM (fp32: three, in 07's
                                            # earlier fp32 layout)
         return prep_ops_blocks_per_sm(bool(args[2])) * FUSED_THREADS
@@ -1356,6 +1387,9 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
         for bf in (False, True):   # 21 and 22: fp32 inputs' hi / lo images, bf16 inputs' one-term ones
             out.append((PREP_OPS_SRC, "kda_chunk_prep_ops", (K, FUSED_CHUNK, bf)))
             out += [(PRE_SRC, "kda_chunk_state_pre", (K, V, FUSED_CHUNK, bv, bf)) for bv in bvs]
+        if V % SIDE_BV == 0:   # 27 (64 value columns a block, fp32 inputs) and 07 in 21's grid order beside it
+            out.append((PREP_SRC, "kda_chunk_prep_side", (K, FUSED_CHUNK)))
+            out.append((SIDE_SRC, "kda_chunk_state_side", (K, V, FUSED_CHUNK, SIDE_BV)))
     return out
 
 
@@ -1365,6 +1399,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                     "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
                     "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo", "kda_chunk_state_kdreg",
-                    "kda_chunk_state_wy", "kda_chunk_state_share"):
+                    "kda_chunk_state_wy", "kda_chunk_state_share", "kda_chunk_state_side"):
         return WGMMA_ARCH
     return arch
