@@ -27,7 +27,8 @@ import pandas as pd
 from attnlab.arrays import rel_error
 from attnlab.results import write_csv_atomic
 from attnlab.delta import kernels as dk
-from attnlab.delta.bench import _timed, device_inputs, fla_bf16_call, fla_functions
+from attnlab.delta.bench import _timed, device_inputs, fla_functions
+from attnlab.delta.fast import fla_bf16_call
 
 #: (label, impl, the recurrence's defines, side by side, stages timed: (stages, stage label), ...)
 FORMS = (("07+24", "kdreg", None, False, (((1, 2), "all"), ((2,), "recurrence"))),

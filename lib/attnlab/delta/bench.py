@@ -47,23 +47,6 @@ def fla_functions():
         return None, None, f"not installed ({type(exc).__name__}: {exc})"
 
 
-def fla_bf16_call(d, chunk_kda):
-    """A warmed-up call of fla's ``chunk_kda`` on the bf16 copies of CuPy inputs ``d`` (q, k, v, g, beta): what the
-    GPU probes time beside the lab's kernels in the same run."""
-    import torch
-
-    from .fast import bf16_inputs
-
-    t = bf16_inputs(d)
-
-    def call():
-        with torch.no_grad():
-            return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
-    call()
-    torch.cuda.synchronize()
-    return call
-
-
 def device_inputs(B, T, H, K, V, *, seed, gate="logsigmoid", init=False):
     """Host float32 inputs and their CuPy copies (same numbers)."""
     import cupy as cp

@@ -268,6 +268,21 @@ def _graphed(call):
     return graph.replay
 
 
+def fla_bf16_call(d, chunk_kda):
+    """A warmed-up call of fla's ``chunk_kda`` on the bf16 copies of CuPy inputs ``d`` (q, k, v, g, beta): what the
+    GPU probes time beside the lab's kernels in the same run."""
+    import torch
+
+    t = bf16_inputs(d)
+
+    def call():
+        with torch.no_grad():
+            return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+    call()
+    torch.cuda.synchronize()
+    return call
+
+
 def time_latency(B: int, H: int, K: int, V: int, T_list: Iterable[int], budget_s: float = 0.2, seed: int = 0,
                  with_fla: bool = True) -> pd.DataFrame:
     """Median latency per T: each tensor-core implementation (and 07, 08, 09, 10 alone), the three-kernel

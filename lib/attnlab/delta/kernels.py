@@ -223,7 +223,8 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "recurrence on warpgroup MMAs at 64 value columns a block, 07 beside it (sm_90a)", 90,
                 "24's loop with every wgmma m64n64 (64 value columns a block, half 24's grid; X^T and V'^T share a "
                 "tile to fit 227 KB), so that 07 runs beside it on the SMs its grid leaves free, in 21's grid order; "
-                "WG_C waits for each chunk on 07's ready flag (fp32 inputs)"),
+                "WG_C waits for each chunk on 07's ready flag (fp32 inputs; an unrecorded probe found it slower "
+                "than 24, its 27_chunk_state_side.cu header says why)"),
 )
 
 
