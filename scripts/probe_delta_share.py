@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from attnlab.arrays import rel_error
+from attnlab.env import provenance, resolve_mode
 from attnlab.results import write_csv_atomic
 from attnlab.delta import kernels as dk
 from attnlab.delta.bench import _timed, device_inputs, fla_functions
@@ -40,7 +41,8 @@ FORMS = (("07+24", "kdreg", None, False, (((1, 2), "all"), ((2,), "recurrence"))
 def run_forms(forms, csv_name: str, description: str) -> None:
     """Time ``forms`` (:data:`FORMS`' shape; the first must be 07 -> 24, the reference the others' results are compared
     with) at B=2, H=16, K=V=128 on fp32 inputs for each --T, in turn, --rounds times, with fla's chunk_kda (bf16) in the
-    same run; write the rows to --out/``csv_name`` after each T (a temporary file, then a rename). A form marked side by
+    same run; write the rows, with the run's provenance, to --out/``csv_name`` after each T (a temporary file, then a
+    rename). A form marked side by
     side runs so where its launcher allows it (``plan.overlap``); the others one kernel after the other."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
@@ -52,6 +54,7 @@ def run_forms(forms, csv_name: str, description: str) -> None:
     Path(a.out).mkdir(parents=True, exist_ok=True)
     B, H, K, V = 2, 16, 128, 128
     rows = []
+    prov = provenance(resolve_mode("live"))   # which GPU, driver, clocks, commit, when: on every row of the CSV
     chunk_kda = None if a.no_fla else fla_functions()[0]
     for T in a.T:
         _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
@@ -80,7 +83,7 @@ def run_forms(forms, csv_name: str, description: str) -> None:
         if chunk_kda is not None:
             call = fla_bf16_call(d, chunk_kda)
             rows.append(_timed(call, a.budget, implementation="fla chunk_kda bf16", T=T, stage="all", round=0))
-        write_csv_atomic(pd.DataFrame(rows), Path(a.out) / csv_name)
+        write_csv_atomic(pd.DataFrame(rows).assign(**prov), Path(a.out) / csv_name)
         del d
     df = pd.DataFrame(rows)
     print(df.pivot_table(index=["implementation", "stage"], columns=["T", "round"], values="median_ms",
