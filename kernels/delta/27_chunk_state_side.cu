@@ -20,11 +20,13 @@
 // completed, the next X^T once P4, V'^T's last reader, has), 226 KB in all; v's rows (256 bytes on fp32 inputs) land
 // as two boxes of 32 columns, each in the 128-byte swizzle. fp32 inputs only (the bf16-I/O target is met by 07 + 20).
 // o and the final state are 24's bit for bit on the CPU model (tests/test_emu_delta_tc.py).
-// What the probe found (scripts/probe_delta_side.py on an H100, not recorded; notebook 13 does not time 27): o and the
-// final state 24's bit for bit on the GPU too, and 07 beside it ran as designed (about half of 07's time hidden against
-// 07 then 27), but 27 is slower than 24, alone and in the call: its chain alone (KDA_PROBE=5) takes about 1.45 times
-// 24's chain alone for twice the columns, so a chunk's chain is set by its products' throughput (tensor pipe and the
-// operands' shared-memory reads) as much as by its hand-overs, and halving the grid costs more than hiding 07 saves.
+// What the probes found (scripts/probe_delta_side.py on an H100 and an H200, not recorded; notebook 13 does not time
+// 27): o and the final state 24's bit for bit on the GPU too, and 07 beside it ran as designed (part of 07's time hidden
+// against 07 then 27), but 27 is slower than 24, alone and in the call. Its chain alone (KDA_PROBE=5) takes about 1.4
+// times 24's chain alone for twice the columns, while 24's chain at 16 columns a block takes most of its time at 32
+// (the same builds at B = 1: 128 blocks either way; 24's chain runs as fast on 64 blocks as on 128): up to 32 columns
+// a chunk's chain is set by its hand-overs and waits, past it by its products' throughput (the tensor pipe and the
+// operands' shared-memory reads), and halving the grid costs more than hiding 07 saves.
 // It stays a step of the registry (the side-by-side launch and 07's flags are the pieces a faster recurrence on fewer
 // SMs would reuse), not a row of notebook 13's ladder.
 //
