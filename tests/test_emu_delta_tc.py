@@ -734,7 +734,8 @@ def test_side_recurrence_reproduces_24_under_cpu_emulation(fake_cupy, K, T, H, s
 
 
 def test_side_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
-    """27's one-line errors: a value-block width other than its 64, and bf16 inputs."""
+    """27's one-line errors: a value-block width other than its 64, more chunks than 07's grid beside it takes, and bf16
+    inputs."""
     from attnlab.delta import kernels as dk
 
     cp = fake_cupy
@@ -742,6 +743,10 @@ def test_side_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
     d = {n: cp.asarray(a) for n, a in x.items()}
     with pytest.raises(ValueError, match=r"impl='side' \(kernel 27\) runs 64 value columns per block, got bv=32"):
         dk.prepare_tc(**d, impl="side", bv=32)
+    monkeypatch.setattr(dk, "MAX_PRE_CHUNKS", 1)   # 07's grid beside 27 takes the chunks on its y axis (at most 65535)
+    with pytest.raises(ValueError, match=r"impl='side' runs 07 in 21's grid order, .* at most 1 chunks of 32 \(T <= 32\), "
+                                         r"got T=40; split the sequence or pass impl='kdreg'"):
+        dk.prepare_tc(**d, impl="side")
     monkeypatch.setattr(dk, "_is_torch_bf16", lambda a: True)
     with pytest.raises(ValueError, match=r"impl='side' \(27, .*\) runs on fp32 inputs only: .*; pass impl='kdreg'"):
         dk.prepare_tc(**d, impl="side")

@@ -1073,7 +1073,7 @@ SHARE_IMPLS = ("share",)
 #: 07 beside 27 ("side"): 07 in 21's grid order with ready flags (kda_chunk_prep_side), the two side by side where 27's
 #: grid leaves an SM free (side_by_side_safe), else one after the other
 SIDE_IMPLS = ("side",)
-MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC): the y axis
+MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC), and 07's beside 27: the y axis
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
               **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
 #: TMA forms whose o needs 07's Aqk, not A2 (25: o = Qg S + Aqk V')
@@ -1195,6 +1195,10 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
             ws["OPS"] = cp.zeros(ops_workspace_shape(B, T, H, K, bf16=bf), dtype=cp.uint32)
             ws["READY"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
         if impl in SIDE_IMPLS:   # 27: 07's ready flags
+            if -(-T // C) > MAX_PRE_CHUNKS:
+                raise ValueError(f"impl={impl!r} runs 07 in 21's grid order, the chunks on the grid's y axis: at most "
+                                 f"{MAX_PRE_CHUNKS} chunks of {C} (T <= {MAX_PRE_CHUNKS * C}), got T={T}; split the "
+                                 "sequence or pass impl='kdreg'")
             ws["READY"] = cp.zeros((B, H, -(-T // C)), dtype=cp.int32)
         if impl in SHARE_IMPLS:   # 26: the heads' rings of images, the made flags and the blocks' acknowledgements
             sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
