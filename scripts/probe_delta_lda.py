@@ -106,8 +106,6 @@ def main() -> None:
     ap.add_argument("--stamps-T", type=int, default=4096,
                     help="clock stamps of 19 (fp32) in each form at this T (notebook 13's phase table; 0: none)")
     a = ap.parse_args()
-    import torch
-
     known = [f"{impl}:{io}" for impl, io, _, _ in CASES]
     if a.cases and not set(a.cases) <= set(known):
         ap.error(f"--cases takes some of {' '.join(known)}; got {' '.join(a.cases)}")
@@ -161,13 +159,7 @@ def main() -> None:
                 del p
             _save(rows, Path(a.out) / "probe_lda.csv")   # what is timed so far survives an interrupted call
         if chunk_kda is not None and not a.no_fla:
-            t = fast.bf16_inputs(d)
-
-            def call(t=t):
-                with torch.no_grad():
-                    return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
-            call()
-            torch.cuda.synchronize()
+            call = fast.fla_bf16_call(d, chunk_kda)
             rows.append(_timed(call, a.budget, implementation="fla chunk_kda bf16", form="", T=T, bv=0, stage="all"))
         del d
     if stamps:   # where 19's chunk goes in each form, and 23's: WG_C's phases (warp 0) and WG_E's (warp 4)

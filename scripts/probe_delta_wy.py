@@ -83,15 +83,7 @@ def main() -> None:
     fla = float("nan")
     chunk_kda, _, _ = fla_functions()
     if chunk_kda is not None and not a.no_fla:
-        import torch
-
-        t = {n: torch.from_dlpack(x).to(torch.bfloat16).contiguous() for n, x in d.items() if n != "initial_state"}
-
-        def call(t=t):
-            with torch.no_grad():
-                return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
-        call()
-        torch.cuda.synchronize()
+        call = fast.fla_bf16_call(d, chunk_kda)
         rows.append(_timed(call, a.budget, implementation=fast.FLA, dtype="bf16", T=T, config="default", stage="all"))
         rows.append(_timed(fast._graphed(call), a.budget, implementation=fast.FLA_GRAPH, dtype="bf16", T=T,
                            config="default", stage="all"))
