@@ -752,6 +752,46 @@ def test_side_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
         dk.prepare_tc(**d, impl="side")
 
 
+@pytest.mark.parametrize("T, gate, init, bv, H", [(70, "mixed", True, 32, 3), (1, "logsigmoid", False, 32, 1),
+                                                   (33, "strong", True, 16, 1), (64, "const", True, 32, 2)],
+                         ids=["T70-mixed-h0-H3", "T1", "T33-strong-h0-bv16", "T64-const-h0"])
+def test_pair_recurrence_matches_float64_and_24(fake_cupy, T, gate, init, bv, H):
+    """28 ("pair": 24 with a head's value blocks in clusters of two, each block's element-wise warpgroup making half of
+    the channels' operands into both blocks' buffers through distributed shared memory) on the CPU model at
+    K = V = 128: against the float64 recurrence (outputs poisoned, chunk tails, one token, strong and constant decays,
+    an initial state, an odd head count), and beside 24, whose products it shares: only the gate products of a channel,
+    made in two halves of 16 tokens, round differently, so o and the final state agree with 24's to rounding."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, T, H, 128, 128, seed=80 + T, gate=gate, initial_state=init)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    plan = dk.prepare_tc(**d, output_final_state=True, impl="pair", bv=bv)
+    assert plan.launch_configs()["state"]["smem"] == 4 * dk.pair_smem_words(128, 128, bv)
+    plan.poison()
+    o, s = (a.get() for a in plan.run())
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"28: o {rel(o, ref_o):.2e}, state {rel(s, ref_s):.2e}"
+    o24, s24 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv).run())
+    assert rel(o, o24) < 1e-5 and rel(s, s24) < 1e-5, f"28 beside 24: o {rel(o, o24):.2e}, state {rel(s, s24):.2e}"
+
+
+def test_pair_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
+    """28's one-line errors: K = 64 (its WG_E takes two threads a channel of K / 2 = 64), and bf16 inputs. (An odd
+    number of value blocks a head, which its pairs would also refuse, cannot arise: V in {64, 128}, bv in {16, 32}.)"""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, 40, 2, 64, 64, seed=3)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    with pytest.raises(ValueError, match=r"impl='pair' \(kernel 28\) runs a head's value blocks in pairs.* got K=64, "
+                                         r"V / bv = 2; pass impl='kdreg'"):
+        dk.prepare_tc(**d, impl="pair", bv=32)
+    monkeypatch.setattr(dk, "_is_torch_bf16", lambda a: True)
+    with pytest.raises(ValueError, match=r"impl='pair' \(28, .*\) runs on fp32 inputs only: .*; pass impl='kdreg'"):
+        dk.prepare_tc(**d, impl="pair")
+
+
 def test_share_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
     """26's one-line errors: bf16 inputs (no bf16 maker), and a grid that cannot be resident at once (its blocks wait
     for each other's chunks)."""

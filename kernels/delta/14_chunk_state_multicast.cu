@@ -165,7 +165,7 @@ static __device__ __forceinline__ void kda_share_maker(const KdaWgCtx<L>& cx, fl
 // and P4's A operand loaded into registers while P2 runs (P4R: 24).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
           bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false, bool HILO = false,
-          bool P4R = false, bool WY = false, bool SHR = false>
+          bool P4R = false, bool WY = false, bool SHR = false, bool PAIR = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -186,8 +186,11 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     // the ring: the second staging tile's)
     // staging tiles: one, or (23's probe build KDA_STAGE_RING=1) two, each chunk's copy issued two chunks ahead
     constexpr int NST = PRE ? (SHR ? 1 : 0) : (HILO && KDA_STAGE_RING) ? 2 : 1;
-    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE, PRE, HILO,
-                          P4R, WY, SHR>;
+    using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : PAIR ? 8 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE,
+                          PRE, HILO, P4R, WY, SHR, PAIR>;
+    static_assert(!PAIR || (TMA && CL == 1 && NST == 1 && !KDA_E_LDG && KDA_E_SHARE == 1 && !KDA_NO_P2 &&
+                            (KDA_PROBE == 0 || KDA_PROBE == 3 || KDA_PROBE == 5)),
+                  "28: 24's tensor-copy form in pairs (its own cluster of two, not 14's), the probes 3 and 5 only");
     static_assert(!SHR || (TMA && CL == 1 && SMA && DIET && KDA_PROBE == 0), "26: 22's tensor-copy form");
     static_assert(!WY || (TMA && CL == 1 && NST == 1 && KDA_PROBE != 4), "25: 24's tensor-copy form, one staging tile");
     static_assert(NST < 2 || (TMA && CL == 1 && KDA_PROBE != 4), "the staging ring: tensor copies, no cluster, copies on");
@@ -215,9 +218,15 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             mbar_init(full_t + 40, 1);
         }
         if constexpr (NST == 2) mbar_init(full_t + 32, 1);   // the second staging tile's (KDA_STAGE_RING)
+        if constexpr (PAIR) {   // 28: the other block's half of buffer n & 1 has landed here (PFULL), and the other
+            mbar_init(full_t + 32, 1);   // block's WG_C is done with its buffer n & 1 (PEMPTY): one remote arrival each
+            mbar_init(full_t + 40, 1);
+            mbar_init(full_t + 48, 1);
+            mbar_init(full_t + 56, 1);
+        }
         mbar_init_fence();
     }
-    if constexpr (CL > 1) cluster_sync();   // every block's barriers exist before any copy or remote arrival
+    if constexpr (CL > 1 || PAIR) cluster_sync();   // every block's barriers exist before any copy or remote arrival
     else __syncthreads();
 
     if (SHR && warp >= 5) {
@@ -269,13 +278,16 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                                                          // them, KDA_E_SHARE: a share of them; results meaningless)
         static_assert(KDA_E_SHARE == 1 || (K == 128 && !BF && !WY && TPT % 8 == 0),
                       "KDA_E_SHARE: a probe of 19-24 on fp32 inputs at K = 128");
-        const int e = cx.tid - 128, c = e % K, part = e / K, tok0 = part * TPT;
+        const int e = cx.tid - 128, c = e % L::KE, part = e / L::KE, tok0 = part * TPT;
         const unsigned rank = cluster_ctarank();
+        constexpr int KE = L::KE;   // channels staged here (28: this block's half, from channel rank KE)
+        const unsigned pfull = full_t + 32, pempty = full_t + 48;   // 28's mbarriers
+        (void)pfull; (void)pempty;
         const TIn* const stg1 = reinterpret_cast<const TIn*>(cx.sm + L::OFF_STG);
         // chunk n's staging tile (n % NST) and its mbarrier
         auto tile_of = [&](int n) { return L::OFF_STG + (NST == 2 ? (n & 1) : 0) * L::STG_BYTES; };
         auto tile_bar = [&](int n) { return NST == 2 && (n & 1) ? full_t + 32 : full_t; };
-        constexpr unsigned ROW = K * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
+        constexpr unsigned ROW = KE * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
         // KDA_E_LDG: q, k, g from global memory, no staging tile; copy_in(n) only prefetches chunk n's boxes into L2
         constexpr bool LDG = KDA_E_LDG != 0;
         static_assert(!LDG || (TMA && !WY && NST == 1 && KDA_PROBE != 4), "KDA_E_LDG: 19-24's tensor-copy forms");
@@ -289,8 +301,9 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             if (e == 0) mbar_arrive_expect_tx(tile_bar(n), TILE + L::TW_BYTES);   // each block receives the whole tile
             if constexpr (TMA) {   // one box per array: K channels x C tokens of head h, batch b
                 if (e == 0) {
-                    for (int ar = 0; ar < 3; ++ar)
-                        tma_load_4d(cx.base + tile_of(n) + ar * C * ROW, maps[ar], 0, h, n * C, b, tile_bar(n));
+                    for (int ar = 0; ar < 3; ++ar)   // (28: a box of this block's KE channels)
+                        tma_load_4d(cx.base + tile_of(n) + ar * C * ROW, maps[ar], PAIR ? (int)rank * KE : 0, h, n * C, b,
+                                    tile_bar(n));
                     if constexpr (WY)   // 25: and 07's T hi, T lo words of the chunk (its first two arrays), one bulk copy
                         bulk_copy(cx.base + tile_of(n) + TILE, TA + (cx.bh * NC + n) * (4LL * C * (C / 2)), L::TW_BYTES,
                                   tile_bar(n));
@@ -342,9 +355,9 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                         xq[u] = in ? q[at] : TIn(0);
                     }
                 } else {
-                    xg[u] = in ? stg[(0 * C + tok0 + u) * K + c] : TIn(0);
-                    xk[u] = in ? stg[(1 * C + tok0 + u) * K + c] : TIn(0);
-                    xq[u] = in ? stg[(2 * C + tok0 + u) * K + c] : TIn(0);
+                    xg[u] = in ? stg[(0 * C + tok0 + u) * KE + c] : TIn(0);
+                    xk[u] = in ? stg[(1 * C + tok0 + u) * KE + c] : TIn(0);
+                    xq[u] = in ? stg[(2 * C + tok0 + u) * KE + c] : TIn(0);
                 }
             }
             const float bl = kda_widen1<BF>(xb);
@@ -401,8 +414,19 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 load_beta(n + 1);
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)
+            // 28: and the other block's WG_C with its buffer n & 1 (its thread 0's arrival after chunk n - 2)
+            if (PAIR && n >= 2) mbar_wait_cluster(pempty + 8 * (n & 1), ((n >> 1) - 1) & 1);
             KDA_STAMP(1);
+            // 28: once every WG_E thread's stores of chunk n (here and in the other block) are made, one release at
+            // cluster scope, cumulative over them, on the other block's PFULL n & 1 (as 21 publishes a chunk)
+            auto pair_publish = [&]() {
+                if constexpr (PAIR) {
+                    named_bar_sync(BAR_PROD, L::NE);
+                    if (e == 0) mbar_arrive_cluster(pfull + 8 * (n & 1), rank ^ 1u);
+                }
+            };
             if (KDA_PROBE == 5) {   // probe: WG_E's arithmetic idle, its hand-over kept
+                pair_publish();
                 named_bar_arrive(KdaWgBars::FULL + (n & 1), L::NTH);
                 if constexpr (AHEAD) {   // 18: and the buffer's Kd^T half
                     if (n >= 2) named_bar_sync(KdaWgBars::EMPTY_KD + (n & 1), L::NTH);
@@ -411,6 +435,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 continue;
             }
             kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);
+            pair_publish();
         }
       }
     } else {
@@ -425,7 +450,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             w[KDA_TL_W - 2] = kda_tl_full_wait;
         })
     }
-    if constexpr (CL > 1) cluster_sync();   // no block leaves while a copy or an arrival of its cluster may reach it
+    if constexpr (CL > 1 || PAIR) cluster_sync();   // no block leaves while a copy or an arrival of its cluster may reach it
 }
 
 template <int K, int V, int C, int BV, bool BF = false, int CL = V / BV, bool BSLOT = false>   // CL: blocks per cluster

@@ -14,7 +14,8 @@
 
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
           int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128,
-          bool PRE_ = false, bool HILO_ = false, bool P4R_ = false, bool WY_ = false, bool SHR_ = false>
+          bool PRE_ = false, bool HILO_ = false, bool P4R_ = false, bool WY_ = false, bool SHR_ = false,
+          bool PAIR_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -29,6 +30,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
                        // SHR_: 22's chain and producer warp, the images made in the kernel (26): a maker warpgroup
                        // after the producer warp (not counted in NE / NTH, the hand-overs' threads) makes a share
                        // of the head's chunks from a staging tile (NST = 1)
+                       // PAIR_: 24's loop, a cluster of two value blocks whose WG_Es each make half of the channels'
+                       // operands into both blocks' buffers (28): the staging tile holds K / 2 channels
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19), two (20), a warp (22)
@@ -49,7 +52,9 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(!PRE || (SMA && NKD_ == 2 && DENSE && NE_ == 32),
                   "22: 19's loop on tensor-copied slots, two operand buffers, one producer warp");
     static constexpr bool FOLD = PRE && ONE;              // 22 on bf16 inputs: Kd^T hi only, K = 128's two m64 tiles folded
-    static constexpr int TPC = NE / K;                  // WG_E threads per channel (1, 2; 20 at K = 64: 4)
+    static constexpr bool PAIR = PAIR_;                 // 28: WG_E makes channels [rank KE, rank KE + KE) of the operands
+    static constexpr int KE = PAIR ? K / 2 : K;         // WG_E's channels (28: half of them, the other block the rest)
+    static constexpr int TPC = NE / KE;                 // WG_E threads per channel (1, 2; 20 at K = 64: 4; 28: 2)
     static_assert(PRE || ((NE == 128 || NE == 256) && (TPC == 1 || TPC == 2 || (TPC == 4 && DIET_))),
                   "WG_E: one or two warpgroups; four threads a channel only with the running products of 15");
     static constexpr int ESZ = BF ? 2 : 4;              // bytes per input element
@@ -99,7 +104,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int NST = NST_;                            // staging tiles (a ring of chunks)
     static constexpr int TW_BYTES = WY ? 2 * C * (C / 2) * 4 : 0;   // 25: 07's T hi and lo words of the chunk
     // one staging tile: g, k, q [C][K] as stored (26: then the maker's image of the chunk, K * 4 bytes more)
-    static constexpr int STG_BYTES = SHR_ ? 3 * K * 128 + K * 4 : 3 * C * K * ESZ + TW_BYTES;
+    static constexpr int STG_BYTES = SHR_ ? 3 * K * 128 + K * 4 : 3 * C * KE * ESZ + TW_BYTES;
     static constexpr int OFF_STG = OFF_TOT + TOT_BYTES;
     static constexpr int LW = C + 4;                            // 25: floats per row of WG_E's T (beta folded in)
     static constexpr int OFF_WT = OFF_STG + NST * STG_BYTES;    // 25: two of them, [C][LW] fp32 (chunks n & 1)
@@ -113,6 +118,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(!PRE || (NMBAR >= 6 && NST == (SHR ? 1 : 0) && IMG_BYTES == kda_ops_image_bytes(K, !ONE)),
                   "22: no staging tile (26: its maker's), the operand buffers' mbarriers after the slots', 21's image");
     static_assert(!SHR || (PRE && !ONE && !BF), "26: 22's loop on fp32 inputs");
+    static_assert(!PAIR || (P4R && !WY && !W64 && !BF && K == 128 && NE == 128 && DENSE && NMBAR >= 8),
+                  "28: 24's loop on fp32 inputs at K = 128 (two threads a channel), its pair's four mbarriers");
     static constexpr int SMEM_BYTES = BYTES + 1024;             // launch size: room to align the base
     static_assert(ST_BYTES % 1024 == 0 && (BV * 128) % 1024 == 0 && KD_BYTES % 1024 == 0 && SLOT_BYTES % 16 == 0,
                   "tiles must stay aligned");
@@ -286,10 +293,20 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
     const int warp = cx.warp, lane = cx.lane;
     const long long stamp0_ = cx.stamp0_;
     (void)warp; (void)lane; (void)stamp0_; (void)ht;
-    const int e = cx.tid - 128 - (MAKE ? 32 : 0), c = e % K, part = e / K, tok0 = part * TPT;
+    const int e = cx.tid - 128 - (MAKE ? 32 : 0), c = e % L::KE, part = e / L::KE, tok0 = part * TPT;
     unsigned char* const sm = cx.sm;
     float* const sTot = reinterpret_cast<float*>(sm + L::OFF_TOT);
     (void)img;
+    // 28 (PAIR): this block makes channels [rank KE, rank KE + KE) of the operands: its rows ci of the image, stored
+    // here and, through distributed shared memory, at the same offsets in the other block of the pair (put)
+    const unsigned rank = L::PAIR ? cluster_ctarank() : 0u;
+    const int ci = c + (int)rank * L::KE;
+    unsigned char* const peer = L::PAIR ? cluster_map_shared(sm, rank ^ 1u) : nullptr;
+    auto put = [&](unsigned char* at, const U4& w) {
+        *reinterpret_cast<U4*>(at) = w;
+        if constexpr (L::PAIR) *reinterpret_cast<U4*>(peer + (at - sm)) = w;
+    };
+    (void)peer;
     auto opb = [&](int m) { return cx.opb(m); };
     auto kb_of = [&](int m) { return cx.kb_of(m); };
     auto qg_of = [&](int m) { return cx.qg_of(m); };
@@ -413,7 +430,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                         }
                     }
                     (void)wacc;
-                    unsigned char* kq = (MAKE ? img + L::KD_BYTES : sm + cx.kq_of(n)) + (c / 8) * 1024 + (c % 8) * 128;
+                    unsigned char* kq = (MAKE ? img + L::KD_BYTES : sm + cx.kq_of(n)) + (ci / 8) * 1024 + (c % 8) * 128;
     #pragma unroll
                     for (int qd = 0; qd < TPT / 8; ++qd) {
                         unsigned kh[4], kl[4], qh[4], ql[4];
@@ -448,11 +465,11 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                             else { split_bf16x2(k0, k1, kh[w], kl[w]); split_bf16x2(q0, q1, qh[w], ql[w]); }
                         }
                         const int ch = tok0 / 8 + qd;
-                        *reinterpret_cast<U4*>(kq + (((2 * ch) ^ (c % 8)) * 16)) = U4{kh[0], kh[1], kh[2], kh[3]};
-                        *reinterpret_cast<U4*>(kq + (((2 * ch + 1) ^ (c % 8)) * 16)) = U4{qh[0], qh[1], qh[2], qh[3]};
+                        put(kq + (((2 * ch) ^ (c % 8)) * 16), U4{kh[0], kh[1], kh[2], kh[3]});
+                        put(kq + (((2 * ch + 1) ^ (c % 8)) * 16), U4{qh[0], qh[1], qh[2], qh[3]});
                         if constexpr (!L::ONE) {
-                            *reinterpret_cast<U4*>(kq + K * 128 + (((2 * ch) ^ (c % 8)) * 16)) = U4{kl[0], kl[1], kl[2], kl[3]};
-                            *reinterpret_cast<U4*>(kq + K * 128 + (((2 * ch + 1) ^ (c % 8)) * 16)) = U4{ql[0], ql[1], ql[2], ql[3]};
+                            put(kq + K * 128 + (((2 * ch) ^ (c % 8)) * 16), U4{kl[0], kl[1], kl[2], kl[3]});
+                            put(kq + K * 128 + (((2 * ch + 1) ^ (c % 8)) * 16), U4{ql[0], ql[1], ql[2], ql[3]});
                         }
                     }
                 } else {
@@ -474,17 +491,19 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                     if (n >= 3) named_bar_sync(KdaWgBars::EMPTY_KD + n % 3, L::NTH);
                 }
                 // Kd^T row c: tokens tok0 .. tok0 + TPT - 1 are 16-byte chunks tok0/8 .. (hi), 4 + that (lo)
-                unsigned char* kd = (MAKE ? img : sm + opb(n)) + (c / 8) * 1024 + (c % 8) * 128;
+                unsigned char* kd = (MAKE ? img : sm + opb(n)) + (ci / 8) * 1024 + (c % 8) * 128;
     #pragma unroll
                 for (int qd = 0; qd < TPT / 8; ++qd) {
                     const int ch = tok0 / 8 + qd;
-                    *reinterpret_cast<U4*>(kd + ((ch ^ (c % 8)) * 16)) =
-                        U4{kdh[4 * qd], kdh[4 * qd + 1], kdh[4 * qd + 2], kdh[4 * qd + 3]};
+                    put(kd + ((ch ^ (c % 8)) * 16), U4{kdh[4 * qd], kdh[4 * qd + 1], kdh[4 * qd + 2], kdh[4 * qd + 3]});
                     if constexpr (!L::ONE)
-                        *reinterpret_cast<U4*>(kd + (((4 + ch) ^ (c % 8)) * 16)) =
-                            U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]};
+                        put(kd + (((4 + ch) ^ (c % 8)) * 16), U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]});
                 }
-                if (part == 0) (MAKE ? reinterpret_cast<float*>(img + L::KD_BYTES + L::KQ_BYTES) : gl_of(n))[c] = gl2;
+                if (part == 0) {
+                    float* const glp = (MAKE ? reinterpret_cast<float*>(img + L::KD_BYTES + L::KQ_BYTES) : gl_of(n)) + ci;
+                    *glp = gl2;
+                    if constexpr (L::PAIR) *reinterpret_cast<float*>(peer + (reinterpret_cast<unsigned char*>(glp) - sm)) = gl2;
+                }
                 if constexpr (!MAKE) {   // (26: the maker publishes the image itself)
                 KDA_STAMP(2);
                 fence_proxy_async();                                      // Kd^T (19: and [Kg; Qg]^T) is read by wgmma
@@ -851,6 +870,10 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             KDA_TL(if (tid == 0) kda_tl_full_wait += kda_gtime() - tl_a;)
         } else {
             named_bar_sync(BAR_FULL + (m & 1), L::NTH);
+            if constexpr (L::PAIR) {   // 28: and the other block's half of it (its WG_E's release at cluster scope)
+                mbar_wait_cluster(base + L::OFF_MBAR + 32 + 8 * (m & 1), (m >> 1) & 1);
+                fence_proxy_async();
+            }
         }
     };
     full_wait(0);
@@ -1159,6 +1182,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             fence_proxy_async();
             wait_slot(n + 1);                // slot (n + 1) & 1
             named_bar_sync(BAR_CONS, 128);
+            // 28: every WG_C thread is past P4 of chunk n (the last read of buffer n & 1): the other block's WG_E may
+            // write its half of chunk n + 2 here
+            if (L::PAIR && tid == 0 && n + 2 < NC) mbar_arrive_cluster(base + L::OFF_MBAR + 48 + 8 * (n & 1), cluster_ctarank() ^ 1u);
         }
         KDA_STAMP(7);
     }

@@ -283,6 +283,8 @@ def _library(source: str, function: str, template_args: tuple, build_dir: Path, 
     elif function in ("kda_chunk_state_tma", "kda_chunk_state_diet", "kda_chunk_state_single",
                       "kda_chunk_state_ahead"):   # 15, 17, 18 include 14's file; none has one
         cluster = None
+    elif function == "kda_chunk_state_pair":   # 28: pairs of value blocks (its own __cluster_dims__(2, 1, 1))
+        cluster = "2"
     elif function == "kda_chunk_state_share":   # 26: no cluster on the GPU, but a head's V / BV blocks wait for each
         cluster = str(int(template_args[1]) // int(template_args[3]))   # other's chunks: the model runs them together
 

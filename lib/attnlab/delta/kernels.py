@@ -95,6 +95,8 @@ FP32_ONLY_WHY = {
               "arithmetic into fp32 images (no bf16 form yet)", "impl='pre'"),
     "side": ("27, 24's loop at 64 value columns beside 07", "its v slots are laid out for fp32 rows (no bf16 form yet; "
              "the bf16-I/O target is met by 07 + 20)", "impl='kdreg'"),
+    "pair": ("28, 24 with a pair of value blocks sharing the element-wise work", "its element-wise warpgroup makes fp32 "
+             "inputs' hi / lo tiles (no bf16 form yet)", "impl='kdreg'"),
 }
 FP32_ONLY_IMPLS = tuple(FP32_ONLY_WHY)
 WGMMA_ARCH = "sm_90a"             # 13, 14: wgmma (architecture-specific target: H100 / H200)
@@ -104,6 +106,8 @@ PRE_THREADS = 160                 # 22: the chain warpgroup and one warp that is
 SHARE_THREADS = 288               # 26: 22's, and the maker warpgroup
 SHARE_SLOTS = 8                   # 26: images in a head's ring (KDA_SHARE_SLOTS's default, 14_chunk_state_multicast.cu)
 SIDE_BV = 64                      # 27: value columns a block (24's loop at m64n64 wgmmas), half 24's grid
+PAIR_CLUSTER = 2                  # 28: value blocks a cluster (each one's WG_E makes half of the channels' operands)
+PAIR_K = 128                      # 28: two WG_E threads a channel of K / 2 (the channels of K = 64 would need four)
 
 
 # ----------------------------------------------------------------------------- registry
@@ -225,12 +229,18 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "tile to fit 227 KB), so that 07 runs beside it on the SMs its grid leaves free, in 21's grid order; "
                 "WG_C waits for each chunk on 07's ready flag (fp32 inputs; an unrecorded probe found it slower "
                 "than 24, its 27_chunk_state_side.cu header says why)"),
+    DeltaKernel("28", "delta/28_chunk_state_pair.cu", "kda_chunk_state_pair", "tc",
+                "recurrence on warpgroup MMAs, a pair of value blocks sharing the element-wise work (sm_90a)", 90,
+                "24 with a head's value blocks in clusters of two: each block stages half of the channels' g, k, q and "
+                "its element-wise warpgroup makes their operands into both blocks' buffers by 16-byte stores through "
+                "distributed shared memory, the hand-overs spanning the pair by mbarriers at cluster scope (fp32 "
+                "inputs, K = 128)"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
  WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
- WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC, SHARE_SRC, SIDE_SRC) = (
+ WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC, SHARE_SRC, SIDE_SRC, PAIR_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -768,6 +778,13 @@ def side_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return tile_smem_words(K, V, BV, C) - BV * 128 // 4
 
 
+def pair_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
+    """Dynamic shared memory of ``kda_chunk_state_pair`` (28) in words: 24's layout (:func:`tile_smem_words`) with a
+    staging tile of half the channels (3 x C x K / 2 fp32) and four more mbarriers (PFULL and PEMPTY of each buffer,
+    ``KdaWgLayout``'s PAIR)."""
+    return tile_smem_words(K, V, BV, C) - 3 * C * (K // 2) + 2 * 4
+
+
 def share_slots(defines: dict | None) -> int:
     """Images in each head's ring of 26: the build's KDA_SHARE_SLOTS (a probe's define), else its default; the launcher
     allocates exactly what the kernel addresses."""
@@ -1018,6 +1035,7 @@ STATE_IMPLS = {
     "wy": (WY_SRC, "kda_chunk_state_wy", WGMMA_THREADS, wy_smem_words),   # 25: 24's, plus T's words and T' buffers
     "share": (SHARE_SRC, "kda_chunk_state_share", SHARE_THREADS, share_smem_words),   # 26: 19's, two more mbarriers
     "side": (SIDE_SRC, "kda_chunk_state_side", WGMMA_THREADS, side_smem_words),   # 27: 24's at 64 columns, X^T = V'^T
+    "pair": (PAIR_SRC, "kda_chunk_state_pair", WGMMA_THREADS, pair_smem_words),   # 28: 24's, half a staging tile
     "multicast": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
     "multicast2": (MC_SRC, "kda_chunk_state_mc", WGMMA_THREADS, mc_smem_words),
 }
@@ -1056,7 +1074,8 @@ TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" wi
              "kdreg",                                    # 24: 19 with P4's A from registers
              "wy",                                       # 25: 24 in the WY form (07 hands over Aqk, not A2)
              "share",                                    # 26: 22's chain, the images made in the kernel
-             "side")                                     # 27: 24 at 64 value columns, 07 beside it
+             "side",                                     # 27: 24 at 64 value columns, 07 beside it
+             "pair")                                     # 28: 24, a pair of value blocks sharing WG_E's work
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -1073,6 +1092,8 @@ SHARE_IMPLS = ("share",)
 #: 07 beside 27 ("side"): 07 in 21's grid order with ready flags (kda_chunk_prep_side), the two side by side where 27's
 #: grid leaves an SM free (side_by_side_safe), else one after the other
 SIDE_IMPLS = ("side",)
+#: 07 -> 28 ("pair"): the recurrence's value blocks in clusters of PAIR_CLUSTER, g, k, q in boxes of K / 2 channels
+PAIR_IMPLS = ("pair",)
 MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC), and 07's beside 27: the y axis
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
               **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
@@ -1157,6 +1178,10 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
             sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
             bv = default_bv(B, H, V, sms)
         validate_config(K, V, FUSED_CHUNK, bv=bv)
+    if impl in PAIR_IMPLS and (K != PAIR_K or (V // bv) % PAIR_CLUSTER):
+        raise ValueError(f"impl={impl!r} (kernel 28) runs a head's value blocks in pairs, each making the operands of "
+                         f"K / 2 channels with two threads a channel: it needs K = {PAIR_K} and an even V / bv, got K={K}, "
+                         f"V / bv = {V // bv}; pass impl='kdreg'")
     if impl in CLUSTER_IMPLS and V // bv > 8:
         raise ValueError(f"impl={impl!r} runs a head's V / bv = {V // bv} value blocks as one cluster, at most 8; "
                          "pass bv=32 or impl='lean'")
@@ -1216,7 +1241,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         from ..arrays import data_ptr                                          # of one head (22: none)
         from ..tma import tensor_map_rows
 
-        maps = () if impl in PRE_IMPLS else tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C)
+        kbox = K // PAIR_CLUSTER if impl in PAIR_IMPLS else K   # 28: each block stages its half of the channels
+        maps = () if impl in PRE_IMPLS else tuple(tensor_map_rows(data_ptr(arrays[n]), IO_DTYPES[io], B, T, H, K, C,
+                                                                  cols=kbox)
                                                   for n in ("g", "k", "q"))
         ta_rows = int(np.prod(ta_workspace_shape(B, T, H)[:4])) * C
         if ta_rows >= 2 ** 31:
@@ -1283,6 +1310,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * prep_smem_words(args[0])
     if function == "kda_chunk_state_side":   # (K, V, C, BV)
         return 4 * side_smem_words(args[0], args[1], args[3], args[2])
+    if function == "kda_chunk_state_pair":   # (K, V, C, BV)
+        return 4 * pair_smem_words(args[0], args[1], args[3], args[2])
     if function == "kda_chunk_prep_ops":   # (K, C, BF): aliased on bf16 inputs only
         return 4 * prep_smem_words(args[0], alias=prep_alias(bool(args[2]), None, ops=True))
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
@@ -1384,6 +1413,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                         continue
                     if impl in FIXED_BV and bv != FIXED_BV[impl]:
                         continue
+                    if impl in PAIR_IMPLS and (K != PAIR_K or (V // bv) % PAIR_CLUSTER):   # 28: K = 128, pairs
+                        continue
                     src, fn = STATE_IMPLS[impl][:2]
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv) + ((bf,) if impl in BF16_IMPLS else ())
                                 + state_extra_args(impl, V, bv)))
@@ -1404,6 +1435,6 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                     "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
                     "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo", "kda_chunk_state_kdreg",
-                    "kda_chunk_state_wy", "kda_chunk_state_share", "kda_chunk_state_side"):
+                    "kda_chunk_state_wy", "kda_chunk_state_share", "kda_chunk_state_side", "kda_chunk_state_pair"):
         return WGMMA_ARCH
     return arch
