@@ -415,7 +415,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)
             // 28: and the other block's WG_C with its buffer n & 1 (its thread 0's arrival after chunk n - 2)
-            if (PAIR && n >= 2) mbar_wait_cluster(pempty + 8 * (n & 1), ((n >> 1) - 1) & 1);
+            if (PAIR && n >= 2 && !(KDA_PAIR_DIAG & 8)) mbar_wait_cluster(pempty + 8 * (n & 1), ((n >> 1) - 1) & 1);
             KDA_STAMP(1);
             // 28: once every WG_E thread's stores of chunk n (here and in the other block) are made, one release at
             // cluster scope, cumulative over them, on the other block's PFULL n & 1 (as 21 publishes a chunk)

@@ -179,6 +179,13 @@ static_assert(KDA_E_SHARE == 1 || KDA_E_SHARE == 2 || KDA_E_SHARE == 4, "KDA_E_S
                       // by tensor copies and reads them there (0, as built)
 static_assert(KDA_E_LDG >= 0 && KDA_E_LDG <= 2, "KDA_E_LDG: 0 (as built), 1 or 2");
 
+#ifndef KDA_PAIR_DIAG
+#define KDA_PAIR_DIAG 0   // probe build (28 only; results meaningless but for 0): what its pairing costs, a sum of: 1, WG_C
+#endif                    // does not wait for the other block's half (PFULL); 2, WG_C takes no proxy fence after it; 4, WG_E
+                          // stores its half only here, none in the other block; 8, WG_E does not wait for the other
+                          // block's WG_C (PEMPTY) before it stores; 0: as built
+static_assert(KDA_PAIR_DIAG >= 0 && KDA_PAIR_DIAG <= 15, "KDA_PAIR_DIAG: 0 (as built) or a sum of 1, 2, 4, 8 (probes)");
+
 #ifndef KDA_STAGE_RING
 #define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's
 #endif                     // copies issued two chunks ahead (1), or one tile, a chunk ahead (0, as built)
@@ -304,7 +311,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
     unsigned char* const peer = L::PAIR ? cluster_map_shared(sm, rank ^ 1u) : nullptr;
     auto put = [&](unsigned char* at, const U4& w) {
         *reinterpret_cast<U4*>(at) = w;
-        if constexpr (L::PAIR) *reinterpret_cast<U4*>(peer + (at - sm)) = w;
+        if constexpr (L::PAIR && !(KDA_PAIR_DIAG & 4)) *reinterpret_cast<U4*>(peer + (at - sm)) = w;
     };
     (void)peer;
     auto opb = [&](int m) { return cx.opb(m); };
@@ -871,8 +878,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         } else {
             named_bar_sync(BAR_FULL + (m & 1), L::NTH);
             if constexpr (L::PAIR) {   // 28: and the other block's half of it (its WG_E's release at cluster scope)
-                mbar_wait_cluster(base + L::OFF_MBAR + 32 + 8 * (m & 1), (m >> 1) & 1);
-                fence_proxy_async();
+                if (!(KDA_PAIR_DIAG & 1)) mbar_wait_cluster(base + L::OFF_MBAR + 32 + 8 * (m & 1), (m >> 1) & 1);
+                if (!(KDA_PAIR_DIAG & 2)) fence_proxy_async();
             }
         }
     };
