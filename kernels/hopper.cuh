@@ -98,6 +98,17 @@ static __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, 
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// ---- bulk copy between the shared memories of a cluster (kernels/delta/28): `bytes` (a multiple of 16) from this
+// block's shared offset src to offset dst of block `rank`, completing its transactions on that block's mbarrier at
+// offset bar (the same offsets in every block of the cluster)
+static __device__ __forceinline__ void bulk_copy_to_peer(unsigned dst, unsigned src, unsigned bytes, unsigned bar,
+                                                         unsigned rank) {
+    asm volatile(
+        "{\n.reg .b32 rd, rb;\nmapa.shared::cluster.u32 rd, %0, %4;\nmapa.shared::cluster.u32 rb, %3, %4;\n"
+        "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [rd], [%1], %2, [rb];\n}\n"
+        :: "r"(dst), "r"(src), "r"(bytes), "r"(bar), "r"(rank) : "memory");
+}
+
 // ---- bulk stores: `bytes` (a multiple of 16) from shared offset src to global dst, in this thread's bulk group;
 // commit the open group; wait until every committed group of this thread has completed (its writes performed).
 static __device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes) {

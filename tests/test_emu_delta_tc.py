@@ -776,6 +776,32 @@ def test_pair_recurrence_matches_float64_and_24(fake_cupy, T, gate, init, bv, H)
     assert rel(o, o24) < 1e-5 and rel(s, s24) < 1e-5, f"28 beside 24: o {rel(o, o24):.2e}, state {rel(s, s24):.2e}"
 
 
+def test_pair_in_eager_order_and_its_probe_builds(fake_cupy, monkeypatch):
+    """28 with every fiber of the CPU model run as far as it can before the next (EMU_FIBER_ORDER=eager: the blocks of a
+    pair reach their hand-overs out of step, not in the round-robin order's lockstep): o matches float64. (Neither
+    order here runs the other block's chain two chunks behind this one's copies, so a copy that skipped its PEMPTY
+    wait would pass; scripts/mutation_check.py lists only mutations the tests catch.) And its probe build
+    KDA_PAIR_DIAG=4 (no copies to the other block; results meaningless) takes effect: that block's half of each
+    chunk's operands is never there, so o is not 28's (a probe whose build changed nothing would time 28 and call it a
+    bound). (KDA_PAIR_DIAG=1, the chain not waiting for the other half, is not run here: its next chunk's arrival
+    meets a phase still waiting for bytes, which the model stops on.)"""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    monkeypatch.setenv("EMU_FIBER_ORDER", "eager")   # read once by each model library (the builds below are new ones)
+    x = random_inputs(1, 70, 3, 128, 128, seed=150, gate="mixed", initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    for diag in (0, 4):   # 0: 28 as built (a define of its default value: a library of its own)
+        plan = dk.prepare_tc(**d, output_final_state=True, impl="pair", defines={"KDA_PAIR_DIAG": diag})
+        plan.poison()
+        o, s = (a.get() for a in plan.run())
+        if diag == 0:
+            assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"28 in eager order: o {rel(o, ref_o):.2e}"
+        else:
+            assert not rel(o, ref_o) < TOL, f"KDA_PAIR_DIAG={diag}: the build computes 28's o"
+
+
 def test_pair_refuses_what_it_cannot_run(fake_cupy, monkeypatch):
     """28's one-line errors: K = 64 (its WG_E takes two threads a channel of K / 2 = 64), and bf16 inputs. (An odd
     number of value blocks a head, which its pairs would also refuse, cannot arise: V in {64, 128}, bv in {16, 32}.)"""

@@ -414,15 +414,34 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 load_beta(n + 1);
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)
-            // 28: and the other block's WG_C with its buffer n & 1 (its thread 0's arrival after chunk n - 2)
-            if (PAIR && n >= 2 && !(KDA_PAIR_DIAG & 8)) mbar_wait_cluster(pempty + 8 * (n & 1), ((n >> 1) - 1) & 1);
+            // 28: buffer n & 1 is free here: its PFULL is told the other block's half of chunk n (the local arrival of
+            // the phase), and that block may copy it in (PEMPTY n & 1 there, release at cluster scope: this block's
+            // reads of the buffer, behind the barrier just passed, come first)
+            if (PAIR && e == 0) {
+                mbar_arrive_expect_tx(pfull + 8 * (n & 1), (KDA_PAIR_DIAG & 4) ? 0u : (unsigned)L::PAIR_BYTES);
+                if (n >= 2) mbar_arrive_cluster(pempty + 8 * (n & 1), rank ^ 1u);
+            }
             KDA_STAMP(1);
-            // 28: once every WG_E thread's stores of chunk n (here and in the other block) are made, one release at
-            // cluster scope, cumulative over them, on the other block's PFULL n & 1 (as 21 publishes a chunk)
+            // 28: once every WG_E thread has stored chunk n's half here (each behind its proxy fence: the copy engine
+            // reads it), thread 0 copies it into the other block's buffer n & 1, once that block's WG_C is done with
+            // it (PEMPTY here), by four bulk copies completing on its PFULL n & 1: the [Kg; Qg]^T rows of this
+            // block's channels (hi, lo), their Kd^T rows (KdaWgLayout: a channel's rows are whole 128-byte rows)
+            // and their 2^G_L
             auto pair_publish = [&]() {
                 if constexpr (PAIR) {
                     named_bar_sync(BAR_PROD, L::NE);
-                    if (e == 0) mbar_arrive_cluster(pfull + 8 * (n & 1), rank ^ 1u);
+                    if (e == 0 && !(KDA_PAIR_DIAG & 4)) {
+                        if (n >= 2) mbar_wait_cluster(pempty + 8 * (n & 1), ((n >> 1) - 1) & 1);
+                        constexpr unsigned HALF = KE * 128;
+                        const unsigned bar = pfull + 8 * (n & 1), to = rank ^ 1u;
+                        const unsigned kq = cx.base + cx.kq_of(n) + rank * HALF, kd = cx.base + cx.opb(n) + rank * HALF;
+                        const unsigned gl = cx.base + (unsigned)(reinterpret_cast<unsigned char*>(cx.gl_of(n)) - cx.sm) +
+                                            rank * KE * 4;
+                        bulk_copy_to_peer(kq, kq, HALF, bar, to);
+                        bulk_copy_to_peer(kq + K * 128, kq + K * 128, HALF, bar, to);
+                        bulk_copy_to_peer(kd, kd, HALF, bar, to);
+                        bulk_copy_to_peer(gl, gl, KE * 4, bar, to);
+                    }
                 }
             };
             if (KDA_PROBE == 5) {   // probe: WG_E's arithmetic idle, its hand-over kept

@@ -115,6 +115,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static constexpr int OFF_MBAR = OFF_XK + XK_BYTES;          // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
     static constexpr int IMG_BYTES = KD_BYTES + KQ_BYTES + K * 4;   // 22: one chunk's image (ops_image.cuh)
+    // 28: what the other block of the pair copies in a chunk: its channels' [Kg; Qg]^T rows (hi, lo), Kd^T rows, 2^G_L
+    static constexpr int PAIR_BYTES = PAIR ? 3 * KE * 128 + KE * 4 : 0;
     static_assert(!PRE || (NMBAR >= 6 && NST == (SHR ? 1 : 0) && IMG_BYTES == kda_ops_image_bytes(K, !ONE)),
                   "22: no staging tile (26: its maker's), the operand buffers' mbarriers after the slots', 21's image");
     static_assert(!SHR || (PRE && !ONE && !BF), "26: 22's loop on fp32 inputs");
@@ -180,11 +182,11 @@ static_assert(KDA_E_SHARE == 1 || KDA_E_SHARE == 2 || KDA_E_SHARE == 4, "KDA_E_S
 static_assert(KDA_E_LDG >= 0 && KDA_E_LDG <= 2, "KDA_E_LDG: 0 (as built), 1 or 2");
 
 #ifndef KDA_PAIR_DIAG
-#define KDA_PAIR_DIAG 0   // probe build (28 only; results meaningless but for 0): what its pairing costs, a sum of: 1, WG_C
-#endif                    // does not wait for the other block's half (PFULL); 2, WG_C takes no proxy fence after it; 4, WG_E
-                          // stores its half only here, none in the other block; 8, WG_E does not wait for the other
-                          // block's WG_C (PEMPTY) before it stores; 0: as built
-static_assert(KDA_PAIR_DIAG >= 0 && KDA_PAIR_DIAG <= 15, "KDA_PAIR_DIAG: 0 (as built) or a sum of 1, 2, 4, 8 (probes)");
+#define KDA_PAIR_DIAG 0   // probe build (28 only; results meaningless but for 0): what its pairing costs. 1: WG_C does not
+#endif                    // wait for the other block's half (PFULL); 4: WG_E copies nothing to the other block (its PFULL
+                          // told no bytes); 5: both; 0: as built
+static_assert(KDA_PAIR_DIAG == 0 || KDA_PAIR_DIAG == 1 || KDA_PAIR_DIAG == 4 || KDA_PAIR_DIAG == 5,
+              "KDA_PAIR_DIAG: 0 (as built), 1, 4 or 5 (probes)");
 
 #ifndef KDA_STAGE_RING
 #define KDA_STAGE_RING 0   // probe build (23 only; results valid): WG_E's q, k, g in two staging tiles, each chunk's
@@ -304,16 +306,9 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
     unsigned char* const sm = cx.sm;
     float* const sTot = reinterpret_cast<float*>(sm + L::OFF_TOT);
     (void)img;
-    // 28 (PAIR): this block makes channels [rank KE, rank KE + KE) of the operands: its rows ci of the image, stored
-    // here and, through distributed shared memory, at the same offsets in the other block of the pair (put)
-    const unsigned rank = L::PAIR ? cluster_ctarank() : 0u;
-    const int ci = c + (int)rank * L::KE;
-    unsigned char* const peer = L::PAIR ? cluster_map_shared(sm, rank ^ 1u) : nullptr;
-    auto put = [&](unsigned char* at, const U4& w) {
-        *reinterpret_cast<U4*>(at) = w;
-        if constexpr (L::PAIR && !(KDA_PAIR_DIAG & 4)) *reinterpret_cast<U4*>(peer + (at - sm)) = w;
-    };
-    (void)peer;
+    // 28 (PAIR): this block makes channels [rank KE, rank KE + KE) of the operands, rows ci of the buffer (kda_mc_body
+    // then copies them to the other block of the pair)
+    const int ci = c + (L::PAIR ? (int)cluster_ctarank() * L::KE : 0);
     auto opb = [&](int m) { return cx.opb(m); };
     auto kb_of = [&](int m) { return cx.kb_of(m); };
     auto qg_of = [&](int m) { return cx.qg_of(m); };
@@ -472,11 +467,11 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                             else { split_bf16x2(k0, k1, kh[w], kl[w]); split_bf16x2(q0, q1, qh[w], ql[w]); }
                         }
                         const int ch = tok0 / 8 + qd;
-                        put(kq + (((2 * ch) ^ (c % 8)) * 16), U4{kh[0], kh[1], kh[2], kh[3]});
-                        put(kq + (((2 * ch + 1) ^ (c % 8)) * 16), U4{qh[0], qh[1], qh[2], qh[3]});
+                        *reinterpret_cast<U4*>(kq + (((2 * ch) ^ (c % 8)) * 16)) = U4{kh[0], kh[1], kh[2], kh[3]};
+                        *reinterpret_cast<U4*>(kq + (((2 * ch + 1) ^ (c % 8)) * 16)) = U4{qh[0], qh[1], qh[2], qh[3]};
                         if constexpr (!L::ONE) {
-                            put(kq + K * 128 + (((2 * ch) ^ (c % 8)) * 16), U4{kl[0], kl[1], kl[2], kl[3]});
-                            put(kq + K * 128 + (((2 * ch + 1) ^ (c % 8)) * 16), U4{ql[0], ql[1], ql[2], ql[3]});
+                            *reinterpret_cast<U4*>(kq + K * 128 + (((2 * ch) ^ (c % 8)) * 16)) = U4{kl[0], kl[1], kl[2], kl[3]};
+                            *reinterpret_cast<U4*>(kq + K * 128 + (((2 * ch + 1) ^ (c % 8)) * 16)) = U4{ql[0], ql[1], ql[2], ql[3]};
                         }
                     }
                 } else {
@@ -502,15 +497,13 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
     #pragma unroll
                 for (int qd = 0; qd < TPT / 8; ++qd) {
                     const int ch = tok0 / 8 + qd;
-                    put(kd + ((ch ^ (c % 8)) * 16), U4{kdh[4 * qd], kdh[4 * qd + 1], kdh[4 * qd + 2], kdh[4 * qd + 3]});
+                    *reinterpret_cast<U4*>(kd + ((ch ^ (c % 8)) * 16)) =
+                        U4{kdh[4 * qd], kdh[4 * qd + 1], kdh[4 * qd + 2], kdh[4 * qd + 3]};
                     if constexpr (!L::ONE)
-                        put(kd + (((4 + ch) ^ (c % 8)) * 16), U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]});
+                        *reinterpret_cast<U4*>(kd + (((4 + ch) ^ (c % 8)) * 16)) =
+                            U4{kdl[4 * qd], kdl[4 * qd + 1], kdl[4 * qd + 2], kdl[4 * qd + 3]};
                 }
-                if (part == 0) {
-                    float* const glp = (MAKE ? reinterpret_cast<float*>(img + L::KD_BYTES + L::KQ_BYTES) : gl_of(n)) + ci;
-                    *glp = gl2;
-                    if constexpr (L::PAIR) *reinterpret_cast<float*>(peer + (reinterpret_cast<unsigned char*>(glp) - sm)) = gl2;
-                }
+                if (part == 0) (MAKE ? reinterpret_cast<float*>(img + L::KD_BYTES + L::KQ_BYTES) : gl_of(n))[ci] = gl2;
                 if constexpr (!MAKE) {   // (26: the maker publishes the image itself)
                 KDA_STAMP(2);
                 fence_proxy_async();                                      // Kd^T (19: and [Kg; Qg]^T) is read by wgmma
@@ -877,10 +870,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             KDA_TL(if (tid == 0) kda_tl_full_wait += kda_gtime() - tl_a;)
         } else {
             named_bar_sync(BAR_FULL + (m & 1), L::NTH);
-            if constexpr (L::PAIR) {   // 28: and the other block's half of it (its WG_E's release at cluster scope)
-                if (!(KDA_PAIR_DIAG & 1)) mbar_wait_cluster(base + L::OFF_MBAR + 32 + 8 * (m & 1), (m >> 1) & 1);
-                if (!(KDA_PAIR_DIAG & 2)) fence_proxy_async();
-            }
+            // 28: and the other block's half of it (its WG_E's bulk copies, completing on PFULL m & 1 here)
+            if (L::PAIR && !(KDA_PAIR_DIAG & 1)) mbar_wait(base + L::OFF_MBAR + 32 + 8 * (m & 1), (m >> 1) & 1);
         }
     };
     full_wait(0);
@@ -1189,9 +1180,6 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             fence_proxy_async();
             wait_slot(n + 1);                // slot (n + 1) & 1
             named_bar_sync(BAR_CONS, 128);
-            // 28: every WG_C thread is past P4 of chunk n (the last read of buffer n & 1): the other block's WG_E may
-            // write its half of chunk n + 2 here
-            if (L::PAIR && tid == 0 && n + 2 < NC) mbar_arrive_cluster(base + L::OFF_MBAR + 48 + 8 * (n & 1), cluster_ctarank() ^ 1u);
         }
         KDA_STAMP(7);
     }

@@ -751,6 +751,17 @@ inline void bulk_copy_multicast(unsigned dst, const void* src, unsigned bytes, u
 inline void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
     bulk_copy_multicast(dst, src, bytes, bar, (unsigned short)(1u << cluster_ctarank()));
 }
+// cp.async.bulk shared::cta -> shared::cluster (kernels/delta/28): `bytes` of this block's shared memory from offset
+// src to offset dst of block `rank`, completing on its barrier at offset bar: read when issued, landing at once in
+// another block (as the multicast copies do), so a block that is still reading the bytes sees them overwritten.
+inline void bulk_copy_to_peer(unsigned dst, unsigned src, unsigned bytes, unsigned bar, unsigned rank) {
+    if (src % 16 != 0 || src + bytes > emu_launch_smem_bytes) {
+        std::fprintf(stderr, "bulk copy of %u bytes from shared byte %u: a multiple of 16 inside the shared memory\n",
+                     bytes, src);
+        std::abort();
+    }
+    bulk_copy_multicast(dst, emu_self().block->smem_base + src, bytes, bar, (unsigned short)(1u << rank));
+}
 // cp.async.bulk shared -> global (kernels/hopper.cuh: bulk_store, its commit and wait): the model reads the shared
 // bytes and writes them when the thread waits for its groups, after letting the other threads run, so that shared
 // memory written over before the wait shows up in global memory, and global memory read before the wait (a flag
