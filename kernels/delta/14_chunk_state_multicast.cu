@@ -411,7 +411,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                         copy_in(n + 1);
                     }
                 }
-                load_beta(n + 1);
+                if (!PAIR) load_beta(n + 1);   // (28: after the release below, which would wait for the load)
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)
             // 28: buffer n & 1 is free here: its PFULL is told the other block's half of chunk n (the local arrival of
@@ -421,6 +421,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 mbar_arrive_expect_tx(pfull + 8 * (n & 1), (KDA_PAIR_DIAG & 4) ? 0u : (unsigned)L::PAIR_BYTES);
                 if (n >= 2) mbar_arrive_cluster(pempty + 8 * (n & 1), rank ^ 1u);
             }
+            if (PAIR && n + 1 < NC) load_beta(n + 1);
             KDA_STAMP(1);
             // 28: once every WG_E thread has stored chunk n's half here (each behind its proxy fence: the copy engine
             // reads it), thread 0 copies it into the other block's buffer n & 1, once that block's WG_C is done with

@@ -758,7 +758,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     // hi only), K-major rows of the buffer: matrix mi of tile mt, k step s is channels 64 mt + 16 warp + 8 (mi % 2) ..,
     // tokens 16s + 8 (mi / 2) ..
     constexpr bool P4L = (KDA_P4_LDA || L::P4R) && !L::AHEAD;
-    constexpr bool KD_EARLY = KDA_KD_EARLY && L::P4R && L::NKD == 2;   // probe (24): buffer n & 1 free after load_kd
+    // probe (24), and 28 as built: buffer n & 1 free after load_kd (28: the other block's copy of chunk n + 2 has the rest
+    // of the chunk to land)
+    constexpr bool KD_EARLY = (KDA_KD_EARLY || L::PAIR) && L::P4R && L::NKD == 2;
     constexpr bool NO_P2 = KDA_NO_P2 && L::SMA && !L::HILO && !L::AHEAD && L::NKD == 2;   // probe (19, 20, 22, 24)
     static_assert(!NO_P2 || (KDA_PROBE != 3 && !KD_EARLY), "KDA_NO_P2: no clock stamps, no early hand-back");
     static_assert(!L::WY || !KDA_LATE_SIDE, "25's loop takes the side work where 19's does (KDA_LATE_SIDE=0)");
