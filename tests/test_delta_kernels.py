@@ -245,7 +245,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                       "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide",
                       "kda_chunk_state_pre", "kda_chunk_state_kdreg", "kda_chunk_state_wy", "kda_chunk_state_share",
-                      "kda_chunk_state_side"):
+                      "kda_chunk_state_side", "kda_chunk_state_pair"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -281,6 +281,16 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
             tma = "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
             assert r.ptx.count(tma) > r24.ptx.count(tma), f"{r.name}: v's second box"
             assert "ld.acquire.gpu.global.s32" in r.ptx and "fence.proxy.async.global" in r.ptx
+        if function == "kda_chunk_state_pair":   # 28: 24's products, count for count; clusters of two, the other
+            (r24,) = static_build(dk.KDREG_SRC, "kda_chunk_state_kdreg", [args + (False,)],   # block's half by bulk copies
+                                  dk.static_arch(function, arch))                           # shared -> shared::cluster on
+            wg = lambda ptx: ptx.count("wgmma.mma_async.sync.aligned.m64n")  # noqa: E731     # its mbarrier, the hand-
+            assert wg(r.ptx) == wg(r24.ptx), f"{r.name}: {wg(r.ptx)} wgmmas, 24 has {wg(r24.ptx)}"   # overs at cluster scope
+            assert ".reqnctapercluster 2, 1, 1" in r.ptx and "mapa.shared::cluster.u32" in r.ptx
+            assert "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes" in r.ptx
+            assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in r.ptx
+            assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in r.ptx
+            assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in r.ptx
     elif spec.form == "tc":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in r.ptx
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in r.ptx

@@ -231,10 +231,11 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "than 24, its 27_chunk_state_side.cu header says why)"),
     DeltaKernel("28", "delta/28_chunk_state_pair.cu", "kda_chunk_state_pair", "tc",
                 "recurrence on warpgroup MMAs, a pair of value blocks sharing the element-wise work (sm_90a)", 90,
-                "24 with a head's value blocks in clusters of two: each block stages half of the channels' g, k, q and "
-                "its element-wise warpgroup makes their operands into both blocks' buffers by 16-byte stores through "
-                "distributed shared memory, the hand-overs spanning the pair by mbarriers at cluster scope (fp32 "
-                "inputs, K = 128)"),
+                "24 with a head's value blocks in clusters of two: each block stages half of the channels' g, k, q, "
+                "its element-wise warpgroup makes their operands, and one thread copies them into the other block's "
+                "buffer by bulk copies between the shared memories, the hand-overs spanning the pair on mbarriers "
+                "(fp32 inputs, K = 128; an unrecorded probe found it slower than 24, its 28_chunk_state_pair.cu "
+                "header says why)"),
 )
 
 
