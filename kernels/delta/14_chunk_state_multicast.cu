@@ -155,6 +155,29 @@ static __device__ __forceinline__ void kda_share_maker(const KdaWgCtx<L>& cx, fl
     }
 }
 
+// 28's publication of chunk n (kda_mc_body's WG_E, thread e of it): once every WG_E thread has stored chunk n's half
+// of the operands here (each behind its proxy fence: the copy engine reads it), thread 0 copies that half into the
+// other block's buffer n & 1, once that block's WG_C is done with it (PEMPTY here), by four bulk copies completing on
+// its PFULL n & 1: the [Kg; Qg]^T rows of this block's channels (hi, lo), their Kd^T rows (KdaWgLayout: a channel's
+// rows are whole 128-byte rows) and their 2^G_L. pfull, pempty: this block's two mbarriers of each kind.
+template <class L>
+static __device__ __forceinline__ void kda_pair_publish(const KdaWgCtx<L>& cx, int n, int e, unsigned rank, unsigned pfull,
+                                                        unsigned pempty) {
+    constexpr int K = L::K, KE = L::KE;
+    named_bar_sync(KdaWgBars::PROD, L::NE);
+    if (e == 0 && !(KDA_PAIR_DIAG & 4)) {
+        if (n >= 2) mbar_wait_cluster(pempty + 8 * (n & 1), ((n >> 1) - 1) & 1);
+        constexpr unsigned HALF = KE * 128;
+        const unsigned bar = pfull + 8 * (n & 1), to = rank ^ 1u;
+        const unsigned kq = cx.base + cx.kq_of(n) + rank * HALF, kd = cx.base + cx.opb(n) + rank * HALF;
+        const unsigned gl = cx.base + (unsigned)(reinterpret_cast<unsigned char*>(cx.gl_of(n)) - cx.sm) + rank * KE * 4;
+        bulk_copy_to_peer(kq, kq, HALF, bar, to);
+        bulk_copy_to_peer(kq + K * 128, kq + K * 128, HALF, bar, to);
+        bulk_copy_to_peer(kd, kd, HALF, bar, to);
+        bulk_copy_to_peer(gl, gl, KE * 4, bar, to);
+    }
+}
+
 // The kernel body of every form: CL blocks per cluster, WG_C's copies as cp.async pieces, row bulk
 // copies or one bulk and one tensor copy (SLOT 0, 1, 2: kda_wg_chain), the tile as three tensor copies
 // (TMA; maps: g, k, q, and v and 07's output for SLOT 2; CL = 1), three Kd^T buffers (NKD = 3),
@@ -281,8 +304,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         const int e = cx.tid - 128, c = e % L::KE, part = e / L::KE, tok0 = part * TPT;
         const unsigned rank = cluster_ctarank();
         constexpr int KE = L::KE;   // channels staged here (28: this block's half, from channel rank KE)
-        const unsigned pfull = full_t + 32, pempty = full_t + 48;   // 28's mbarriers
-        (void)pfull; (void)pempty;
+        constexpr unsigned PFULL = 32, PEMPTY = 48;   // 28's mbarriers (two each), after full_t
         const TIn* const stg1 = reinterpret_cast<const TIn*>(cx.sm + L::OFF_STG);
         // chunk n's staging tile (n % NST) and its mbarrier
         auto tile_of = [&](int n) { return L::OFF_STG + (NST == 2 ? (n & 1) : 0) * L::STG_BYTES; };
@@ -301,9 +323,13 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             if (e == 0) mbar_arrive_expect_tx(tile_bar(n), TILE + L::TW_BYTES);   // each block receives the whole tile
             if constexpr (TMA) {   // one box per array: K channels x C tokens of head h, batch b
                 if (e == 0) {
-                    for (int ar = 0; ar < 3; ++ar)   // (28: a box of this block's KE channels)
-                        tma_load_4d(cx.base + tile_of(n) + ar * C * ROW, maps[ar], PAIR ? (int)rank * KE : 0, h, n * C, b,
-                                    tile_bar(n));
+                    if constexpr (PAIR) {   // 28: a box of this block's KE channels
+                        for (int ar = 0; ar < 3; ++ar)
+                            tma_load_4d(cx.base + tile_of(n) + ar * C * ROW, maps[ar], (int)rank * KE, h, n * C, b, tile_bar(n));
+                    } else {
+                        for (int ar = 0; ar < 3; ++ar)
+                            tma_load_4d(cx.base + tile_of(n) + ar * C * ROW, maps[ar], 0, h, n * C, b, tile_bar(n));
+                    }
                     if constexpr (WY)   // 25: and 07's T hi, T lo words of the chunk (its first two arrays), one bulk copy
                         bulk_copy(cx.base + tile_of(n) + TILE, TA + (cx.bh * NC + n) * (4LL * C * (C / 2)), L::TW_BYTES,
                                   tile_bar(n));
@@ -411,42 +437,22 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                         copy_in(n + 1);
                     }
                 }
-                if (!PAIR) load_beta(n + 1);   // (28: after the release below, which would wait for the load)
+                if constexpr (!PAIR) load_beta(n + 1);   // (28: after the release below, which would wait for the load)
             }
             if (n >= 2) named_bar_sync(BAR_EMPTY + (n & 1), L::NTH);   // WG_C is done with chunk n - 2 (NKD = 3: its Kbg, Qg)
             // 28: buffer n & 1 is free here: its PFULL is told the other block's half of chunk n (the local arrival of
             // the phase), and that block may copy it in (PEMPTY n & 1 there, release at cluster scope: this block's
             // reads of the buffer, behind the barrier just passed, come first)
-            if (PAIR && e == 0) {
-                mbar_arrive_expect_tx(pfull + 8 * (n & 1), (KDA_PAIR_DIAG & 4) ? 0u : (unsigned)L::PAIR_BYTES);
-                if (n >= 2) mbar_arrive_cluster(pempty + 8 * (n & 1), rank ^ 1u);
-            }
-            if (PAIR && n + 1 < NC) load_beta(n + 1);
-            KDA_STAMP(1);
-            // 28: once every WG_E thread has stored chunk n's half here (each behind its proxy fence: the copy engine
-            // reads it), thread 0 copies it into the other block's buffer n & 1, once that block's WG_C is done with
-            // it (PEMPTY here), by four bulk copies completing on its PFULL n & 1: the [Kg; Qg]^T rows of this
-            // block's channels (hi, lo), their Kd^T rows (KdaWgLayout: a channel's rows are whole 128-byte rows)
-            // and their 2^G_L
-            auto pair_publish = [&]() {
-                if constexpr (PAIR) {
-                    named_bar_sync(BAR_PROD, L::NE);
-                    if (e == 0 && !(KDA_PAIR_DIAG & 4)) {
-                        if (n >= 2) mbar_wait_cluster(pempty + 8 * (n & 1), ((n >> 1) - 1) & 1);
-                        constexpr unsigned HALF = KE * 128;
-                        const unsigned bar = pfull + 8 * (n & 1), to = rank ^ 1u;
-                        const unsigned kq = cx.base + cx.kq_of(n) + rank * HALF, kd = cx.base + cx.opb(n) + rank * HALF;
-                        const unsigned gl = cx.base + (unsigned)(reinterpret_cast<unsigned char*>(cx.gl_of(n)) - cx.sm) +
-                                            rank * KE * 4;
-                        bulk_copy_to_peer(kq, kq, HALF, bar, to);
-                        bulk_copy_to_peer(kq + K * 128, kq + K * 128, HALF, bar, to);
-                        bulk_copy_to_peer(kd, kd, HALF, bar, to);
-                        bulk_copy_to_peer(gl, gl, KE * 4, bar, to);
-                    }
+            if constexpr (PAIR) {
+                if (e == 0) {
+                    mbar_arrive_expect_tx(full_t + PFULL + 8 * (n & 1), (KDA_PAIR_DIAG & 4) ? 0u : (unsigned)L::PAIR_BYTES);
+                    if (n >= 2) mbar_arrive_cluster(full_t + PEMPTY + 8 * (n & 1), rank ^ 1u);
                 }
-            };
+                if (n + 1 < NC) load_beta(n + 1);
+            }
+            KDA_STAMP(1);
             if (KDA_PROBE == 5) {   // probe: WG_E's arithmetic idle, its hand-over kept
-                pair_publish();
+                if constexpr (PAIR) kda_pair_publish<L>(cx, n, e, rank, full_t + PFULL, full_t + PEMPTY);
                 named_bar_arrive(KdaWgBars::FULL + (n & 1), L::NTH);
                 if constexpr (AHEAD) {   // 18: and the buffer's Kd^T half
                     if (n >= 2) named_bar_sync(KdaWgBars::EMPTY_KD + (n & 1), L::NTH);
@@ -455,7 +461,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 continue;
             }
             kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);
-            pair_publish();
+            if constexpr (PAIR) kda_pair_publish<L>(cx, n, e, rank, full_t + PFULL, full_t + PEMPTY);
         }
       }
     } else {
