@@ -525,6 +525,17 @@ PRODUCER_STAMP_PHASES["kdreg"] = PRODUCER_STAMP_PHASES["tile"]
 PRODUCER_WARPS["kdreg"] = 4
 
 
+#: 28: 24's loop; WG_C hands its buffer back inside P2's stamps and waits for the other block's half (PFULL) with its
+#: FULL; WG_E's copies to the other block (after its PEMPTY) fall before the next chunk's EMPTY wait
+CONSUMER_STAMP_PHASES["pair"] = tuple(
+    (("P2: [V'; A2 X] = [T; A2] X, Kd^T fragments loaded, buffer handed back" if a == 2 else
+      "P4 issued, next chunk's hand-over (FULL) and the other block's half (PFULL) waited" if a == 4 else p), a, b)
+    for p, a, b in CONSUMER_STAMP_PHASES["kdreg"])
+PRODUCER_STAMP_PHASES["pair"] = (("half copied to the other block (its PEMPTY waited), tile landed and read, next rows "
+                                  "copied, wait for EMPTY", 0, 1),) + PRODUCER_STAMP_PHASES["kdreg"][1:]
+PRODUCER_WARPS["pair"] = 4
+
+
 #: 25: the WY form's loop (wgmma_recurrence.cuh's WY branch: WG_C stamps 0-5; WG_E is 19's, W made inside its arithmetic)
 CONSUMER_STAMP_PHASES["wy"] = (
     ("next copies issued, decay, P1: [V'; Ob] = [-W; Qg] S + [T; 0] beta v, Kd^T fragments loaded", 0, 1),
