@@ -34,7 +34,11 @@
 // As built, with no copies (KDA_PAIR_DIAG=4) 28 runs at about 24's time, above the bound KDA_E_SHARE=2 sets on sharing
 // over two blocks; the copies then add most of what 28 loses, and the chain alone (WG_E idle, its copies kept) takes
 // about a third longer than 24's chain alone: a chunk's 24.8 KB between two SMs do not land within the chunk the
-// chain gives them. Halving WG_E's work this way costs more in moving its result than it saves.
+// chain gives them. The clock stamps (KDA_PROBE=3, fast.phase_cycles(impl="pair")) agree and say more: with half of the
+// element-wise work a chunk, WG_E's arithmetic phase takes longer than 24's whole one (longer again with the copies),
+// and WG_C waits for the hand-over about half of each chunk; 24 with half of WG_E's tokens (KDA_E_SHARE=2) shortens its
+// arithmetic phase by far less than half. WG_E's time beside the chain is not set by its own work, and halving that
+// work this way costs more in moving the result than it saves.
 //
 // Launch: grid (V / BV, H, B) with clusters of two along x, 256 threads, shared memory kernels.pair_smem_words (24's
 // layout with a staging tile of K / 2 channels and four more mbarriers); the tensor maps of g, k, q in boxes of K / 2
