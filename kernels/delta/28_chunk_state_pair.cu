@@ -36,7 +36,7 @@
 // about a third longer than 24's chain alone: a chunk's 24.8 KB between two SMs do not land within the chunk the
 // chain gives them. The clock stamps (KDA_PROBE=3, fast.phase_cycles(impl="pair")) agree and say more: with half of the
 // element-wise work a chunk, WG_E's arithmetic phase takes longer than 24's whole one (longer again with the copies),
-// and WG_C waits for the hand-over about half of each chunk; 24 with half of WG_E's tokens (KDA_E_SHARE=2) shortens its
+// and WG_C waits for the hand-over about two fifths of each chunk; 24 with half of WG_E's tokens (KDA_E_SHARE=2) shortens its
 // arithmetic phase by far less than half. WG_E's time beside the chain is not set by its own work, and halving that
 // work this way costs more in moving the result than it saves.
 //
