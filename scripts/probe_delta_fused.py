@@ -74,14 +74,16 @@ def latency(T_list, budget: float, with_fla: bool) -> pd.DataFrame:
         if chunk_kda is not None:
             import torch
 
-            for name, tdt in (("fla chunk_kda bf16", torch.bfloat16), ("fla chunk_kda fp32", torch.float32)):
-                t = {n: torch.from_dlpack(a).to(tdt).contiguous() for n, a in d.items()}
+            from attnlab.delta.fast import fla_bf16_call
 
-                def call(t=t):
-                    with torch.no_grad():
-                        return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
-                rows.append(db._timed(call, budget, implementation=name, config="", T=T))
-                del t
+            rows.append(db._timed(fla_bf16_call(d, chunk_kda), budget, implementation="fla chunk_kda bf16", config="", T=T))
+            t = {n: torch.from_dlpack(a).to(torch.float32).contiguous() for n, a in d.items()}   # fp32 inputs too
+
+            def call(t=t):
+                with torch.no_grad():
+                    return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
+            rows.append(db._timed(call, budget, implementation="fla chunk_kda fp32", config="", T=T))
+            del t
     df = pd.DataFrame(rows)
     return df[["implementation", "config", "T", "median_ms", "rel_iqr"]]
 

@@ -172,15 +172,8 @@ def latency(T_list, budget: float, with_fla: bool, impls=None, probes: bool = Tr
             del p
         del tb
         if chunk_kda is not None:
-            import torch
-
-            t = {n: torch.from_dlpack(a).to(torch.bfloat16).contiguous() for n, a in d.items()}
-
-            def call(t=t):
-                with torch.no_grad():
-                    return chunk_kda(t["q"], t["k"], t["v"], t["g"], t["beta"])
-            rows.append(db._timed(call, budget, implementation="fla chunk_kda bf16", config="", T=T))
-            del t
+            rows.append(db._timed(fast.fla_bf16_call(d, chunk_kda), budget, implementation="fla chunk_kda bf16", config="",
+                                  T=T))
     df = pd.DataFrame(rows)
     df["B"] = B
     return df[["implementation", "config", "B", "T", "median_ms", "rel_iqr"]]
