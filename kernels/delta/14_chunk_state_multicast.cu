@@ -241,8 +241,9 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             mbar_init(full_t + 40, 1);
         }
         if constexpr (NST == 2) mbar_init(full_t + 32, 1);   // the second staging tile's (KDA_STAGE_RING)
-        if constexpr (PAIR) {   // 28: the other block's half of buffer n & 1 has landed here (PFULL), and the other
-            mbar_init(full_t + 32, 1);   // block's WG_C is done with its buffer n & 1 (PEMPTY): one remote arrival each
+        if constexpr (PAIR) {   // 28: the other block's half of buffer n & 1 has landed here (PFULL: WG_E's arrival with
+            mbar_init(full_t + 32, 1);   // the bytes to expect, then that block's copies), and that block's WG_C is done
+                                         // with its buffer n & 1 (PEMPTY: one remote arrival of that block's WG_E)
             mbar_init(full_t + 40, 1);
             mbar_init(full_t + 48, 1);
             mbar_init(full_t + 56, 1);
