@@ -23,7 +23,12 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   element-wise warpgroup with 16's chain turned around at 32 value columns, each column's hi and lo terms a pair of
   accumulator rows; fp32 inputs only; sm_90a), → ``24`` (``"kdreg"``: 19 with P4's A operand, Kd^T, loaded into
   registers while P2 runs; sm_90a), → ``25`` (``"wy"``: 24 in the WY form, W = T Kbg made by the element-wise
-  warpgroup and U = T beta v added in P1, so no P2 on the chain; 07 hands over Aqk; fp32 inputs only; sm_90a),
+  warpgroup and U = T beta v added in P1, so no P2 on the chain; 07 hands over Aqk; fp32 inputs only; sm_90a), → ``26``
+  (``"share"``: 22's chain, each chunk's operand image made once per head by one of its value blocks into a ring in L2),
+  → ``27`` (``"side"``: 24 at 64 value columns a block, 07 beside it in 21's grid order), → ``28`` (``"pair"``: 24 with a
+  head's value blocks in clusters of two, each block's element-wise warpgroup making half of the channels' operands and
+  copying them into the other block's shared memory; K = 128), the last three measured slower than 24 (fp32 inputs only;
+  sm_90a),
   → ``12`` (``"regs"``),
   or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
   term each on bf16 inputs, hi and lo words on fp32, a workspace of about the inputs' q, k and g) → ``22`` (19's
