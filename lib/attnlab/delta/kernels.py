@@ -791,6 +791,12 @@ def pair_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
     return tile_smem_words(K, V, BV, C) - 3 * C * (K // 2) + 2 * 4
 
 
+def pair_fits(K: int, V: int, bv: int) -> bool:
+    """Whether 28 runs at this shape: K = PAIR_K (two WG_E threads a channel of K / 2) and a head's V / bv value blocks
+    in whole clusters of PAIR_CLUSTER."""
+    return K == PAIR_K and (V // bv) % PAIR_CLUSTER == 0
+
+
 def share_slots(defines: dict | None) -> int:
     """Images in each head's ring of 26: the build's KDA_SHARE_SLOTS (a probe's define), else its default; the launcher
     allocates exactly what the kernel addresses."""
@@ -1184,7 +1190,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
             sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
             bv = default_bv(B, H, V, sms)
         validate_config(K, V, FUSED_CHUNK, bv=bv)
-    if impl in PAIR_IMPLS and (K != PAIR_K or (V // bv) % PAIR_CLUSTER):
+    if impl in PAIR_IMPLS and not pair_fits(K, V, bv):
         raise ValueError(f"impl={impl!r} (kernel 28) runs a head's value blocks in pairs, each making the operands of "
                          f"K / 2 channels with two threads a channel: it needs K = {PAIR_K} and an even V / bv, got K={K}, "
                          f"V / bv = {V // bv}; pass impl='kdreg'")
@@ -1316,8 +1322,6 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
         return 4 * prep_smem_words(args[0])
     if function == "kda_chunk_state_side":   # (K, V, C, BV)
         return 4 * side_smem_words(args[0], args[1], args[3], args[2])
-    if function == "kda_chunk_state_pair":   # (K, V, C, BV)
-        return 4 * pair_smem_words(args[0], args[1], args[3], args[2])
     if function == "kda_chunk_prep_ops":   # (K, C, BF): aliased on bf16 inputs only
         return 4 * prep_smem_words(args[0], alias=prep_alias(bool(args[2]), None, ops=True))
     if function == "kda_chunk_state_wgmma":   # (K, V, C, BV, BF[, NST])
@@ -1419,7 +1423,7 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
                         continue
                     if impl in FIXED_BV and bv != FIXED_BV[impl]:
                         continue
-                    if impl in PAIR_IMPLS and (K != PAIR_K or (V // bv) % PAIR_CLUSTER):   # 28: K = 128, pairs
+                    if impl in PAIR_IMPLS and not pair_fits(K, V, bv):   # 28: K = 128, pairs
                         continue
                     src, fn = STATE_IMPLS[impl][:2]
                     out.append((src, fn, (K, V, FUSED_CHUNK, bv) + ((bf,) if impl in BF16_IMPLS else ())
