@@ -38,12 +38,14 @@ FORMS = (("07+24", "kdreg", None, False, (((1, 2), "all"), ((2,), "recurrence"))
          ("24 at a quarter of WG_E's tokens (KDA_E_SHARE=4)", "kdreg", {"KDA_E_SHARE": 4}, False, (((2,), "recurrence"),)))
 
 
-def run_forms(forms, csv_name: str, description: str) -> None:
+def run_forms(forms, csv_name: str, description: str, before=None) -> None:
     """Time ``forms`` (:data:`FORMS`' shape; the first must be 07 -> 24, the reference the others' results are compared
     with) at B=2, H=16, K=V=128 on fp32 inputs for each --T, in turn, --rounds times, with fla's chunk_kda (bf16) in the
     same run; write the rows, with the run's provenance, to --out/``csv_name`` after each T (a temporary file, then a
     rename). A form marked side by
-    side runs so where its launcher allows it (``plan.overlap``); the others one kernel after the other."""
+    side runs so where its launcher allows it (``plan.overlap``); the others one kernel after the other. A form's results
+    are compared with 24's where its defines are None or its sixth item says they are valid. ``before(args)``, if given,
+    runs once the arguments are parsed (a probe's own measurements)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--rounds", type=int, default=2)
@@ -52,6 +54,8 @@ def run_forms(forms, csv_name: str, description: str) -> None:
     ap.add_argument("--no-fla", action="store_true")
     a = ap.parse_args()
     Path(a.out).mkdir(parents=True, exist_ok=True)
+    if before is not None:
+        before(a)
     B, H, K, V = 2, 16, 128, 128
     rows = []
     prov = provenance(resolve_mode("live"))   # which GPU, driver, clocks, commit, when: on every row of the CSV
@@ -60,13 +64,13 @@ def run_forms(forms, csv_name: str, description: str) -> None:
         _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
         x = {n: d[n] for n in ("q", "k", "v", "g", "beta")}
         plans, ref = {}, None
-        for label, impl, defines, side, stages in forms:
+        for label, impl, defines, side, stages, *valid in forms:
             p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, defines=defines)
             p.overlap = p.overlap and side
             p.poison()
             o, s = (y.get() for y in p.run())
             err = {}
-            if defines is None:   # the builds with valid results, against 07 -> 24's
+            if defines is None or (valid and valid[0]):   # the builds with valid results, against 07 -> 24's
                 ref = ref or (o, s)
                 err = dict(rel_o_vs_24=rel_error(o, ref[0]), rel_state_vs_24=rel_error(s, ref[1]),
                            equal_to_24=bool(np.array_equal(o, ref[0]) and np.array_equal(s, ref[1])),

@@ -4,7 +4,7 @@
     PYTHONPATH=lib python scripts/probe_wgmma_rate.py [--iters 4096] [--out DIR]
 
 For N in {16, 32, 64, 128}, A from registers or shared memory, one or two warpgroups per SM and one
-or two accumulator chains: the median loop cycles over the SMs and the MACs per SM cycle
+two or four accumulator chains: the median loop cycles over the SMs and the MACs per SM cycle
 (attnlab.delta.fast.wgmma_rate_table). The delta recurrences' chains issue m64n32k16 (15) and
 m64n64k16 / m64n128k16 (16) wgmmas from one warpgroup; this says whether a second warpgroup on the
 SM would issue more. Writes wgmma_rate.csv to --out (default $OUT or /tmp). Not a recorded run.

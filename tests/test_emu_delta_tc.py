@@ -264,6 +264,34 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     assert rel(o19, ref_o) < TOL   # and what they reproduce is right
 
 
+def test_chain_probe_builds_hold_to_float64_and_the_recorded_sums(harness, tmp_path):
+    """KDA_P1_CHAINS=3, KDA_P2_CHAINS=3 and KDA_P4_CHAINS=2 (scripts/probe_delta_chains.py) put the lo terms of P1, P2
+    and P4 into accumulators of their own, added once each product completes: the same products summed in another
+    order. Every main-loop kernel of the harness (13-20, 22, 24: fp32 and bf16 inputs) must stay within rounding of
+    its recorded build (1e-5 relative, far below a dropped or misplaced term's 1e-3) and within TOL of the float64
+    recurrence; and 24's fp32 sums must differ from the recorded ones in some word (the probe takes effect)."""
+    B, T, H, K, V, BV = 1, 70, 2, 128, 128, 32
+    x = random_inputs(B, T, H, K, V, seed=23, gate="mixed", initial_state=True)
+    outs = {}
+    for name, defines in (("recorded", ()), ("chains", ("-DKDA_P1_CHAINS=3", "-DKDA_P2_CHAINS=3", "-DKDA_P4_CHAINS=2"))):
+        d = tmp_path / name
+        d.mkdir()
+        for n in ("q", "k", "v", "g", "beta"):
+            x[n].astype(np.float32).tofile(d / n)
+        x["initial_state"].astype(np.float32).tofile(d / "h0")
+        res = subprocess.run([str(harness(K, V, BV, defines)), str(d), str(B), str(T), str(H), str(K ** -0.5), "1"],
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        outs[name] = {p.name: np.fromfile(p, np.float32) for p in d.iterdir() if p.name.endswith(("_o", "_ht"))}
+    ref_o, ref_s = kda_recurrent_fp64(x["q"], x["k"], x["v"], x["g"], x["beta"], K ** -0.5, x["initial_state"], True)
+    for tag in ("wg", "dt", "tl", "kr", "krb", "pr", "prb"):   # 13, 15, 19, 24 (both inputs), 22 (both inputs)
+        for part in ("o", "ht"):
+            a, b = outs["chains"][f"{tag}_{part}"], outs["recorded"][f"{tag}_{part}"]
+            assert rel(a, b) < 1e-5, f"{tag}_{part}: {rel(a, b):.2e} from the recorded build"
+    assert rel(outs["chains"]["kr_o"], ref_o.ravel()) < TOL and rel(outs["chains"]["kr_ht"], ref_s.ravel()) < TOL
+    assert not np.array_equal(outs["chains"]["kr_ht"], outs["recorded"]["kr_ht"]), "the chain probes change no sum"
+
+
 def test_cluster_kernels_in_eager_order(harness, tmp_path):
     """11 and 14 (a head's value blocks as one cluster), 18 and 22, with every fiber run as far as it can before the
     next starts (EMU_FIBER_ORDER=eager): block 0 then reaches each hand-over long before block 1, so a

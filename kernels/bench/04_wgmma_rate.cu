@@ -3,7 +3,7 @@
 //
 // Each of the block's NWG warpgroups issues `iters` x WR_UNROLL wgmmas of one shape into CHAINS
 // accumulators taken in turn (CHAINS = 1: every wgmma waits on the previous one's accumulator, as the
-// recurrences' P1 does; 2: two independent chains), with A from shared memory (RS = false, 13's P4)
+// recurrences' P1 does; 2 or 4: that many independent chains), with A from shared memory (RS = false, 13's P4)
 // or from registers (RS = true, the chains' P1 and P2), B K-major in the 128-byte swizzle (both from
 // one 64 x 64 A tile and one N x 64 B tile of ordinary non-zero values, never rewritten). Lane 0 of
 // each warpgroup reads the SM clock around its loop: MACs per SM cycle = 64 N 16 x wgmmas x NWG /
@@ -28,7 +28,7 @@ struct WrLayout {
 
 template <int N, bool RS, int NWG, int CHAINS>
 __global__ void __launch_bounds__(128 * NWG, 1) wgmma_rate(float* __restrict__ out, int iters) {
-    static_assert(CHAINS == 1 || CHAINS == 2, "one or two accumulator chains");
+    static_assert(CHAINS == 1 || CHAINS == 2 || CHAINS == 4, "one, two or four accumulator chains");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const unsigned raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
     unsigned char* const sm = smem_raw + (base - raw);

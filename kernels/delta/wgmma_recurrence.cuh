@@ -132,6 +132,21 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
 #endif                   // two lo terms cost the chunk (scripts/probe_delta_recurrence.py --build IMPL KDA_P1_TERMS=1)
 static_assert(KDA_P1_TERMS == 1 || KDA_P1_TERMS == 3, "KDA_P1_TERMS: 3 (recorded builds) or 1 (probe)");
 
+#ifndef KDA_P1_CHAINS
+#define KDA_P1_CHAINS 1   // probe build (19-24's main loop at fp32 inputs; results valid, summed in another order): P1's three
+#endif                    // terms each into an accumulator of its own (3), summed once the product completes, so that the
+                          // tensor pipe need not wait for one wgmma's sums before the next (kernels/bench/04_wgmma_rate.cu
+                          // measures narrow chains); or all 24 wgmmas into one accumulator (1, as built)
+static_assert(KDA_P1_CHAINS == 1 || KDA_P1_CHAINS == 3, "KDA_P1_CHAINS: 1 (as built) or 3 (probe)");
+#ifndef KDA_P2_CHAINS
+#define KDA_P2_CHAINS 1   // probe build, as KDA_P1_CHAINS for P2's three terms (3), or one accumulator (1, as built)
+#endif
+static_assert(KDA_P2_CHAINS == 1 || KDA_P2_CHAINS == 3, "KDA_P2_CHAINS: 1 (as built) or 3 (probe)");
+#ifndef KDA_P4_CHAINS
+#define KDA_P4_CHAINS 1   // probe build (24; results valid): P4's two lo terms into a second accumulator of each state
+#endif                    // tile, added to the state once P4 completes (2), or every term onto the state (1, as built)
+static_assert(KDA_P4_CHAINS == 1 || KDA_P4_CHAINS == 2, "KDA_P4_CHAINS: 1 (as built) or 2 (probe)");
+
 #ifndef KDA_P1_LDA
 #define KDA_P1_LDA 0   // probe build (19, 20, 22, 24; results valid): P1's A, [Kg; Qg], from registers, loaded by
 #endif                 // ldmatrix.trans from the buffer's MN-major tile while the chunk before runs P4 (1), or
@@ -731,7 +746,14 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             }
     };
     // P1: [Kbg; Qg] S from the built A fragments and the S^T tile, three terms (17: one)
+    // (probe KDA_P1_CHAINS=3: the two lo terms into p1c[0], p1c[1], each its own chain; p1 += both once complete)
+    // (the chain probes take the main loop only: not 18's, 25's or KDA_NO_P2's, which stay as built)
+    constexpr bool MAIN = !L::WY && !L::AHEAD && !(KDA_NO_P2 && L::SMA && !L::HILO && L::NKD == 2);
+    constexpr bool P1C = KDA_P1_CHAINS == 3 && !L::ONE && KDA_P1_TERMS == 3 && MAIN;
+    float p1c[P1C ? 2 : 1][BV / 2];
     auto issue_p1 = [&](float (&p1)[BV / 2], int n) {
+        float (&pl)[BV / 2] = p1c[0];
+        float (&ph)[BV / 2] = p1c[P1C ? 1 : 0];
 #pragma unroll
         for (int s = 0; s < KS; ++s) {
             const unsigned off = (s / 4) * (BV * 128) + 32 * (s % 4);
@@ -739,19 +761,40 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                 const unsigned kq = base + cx.kq_of(n) + s * 2048;
                 auto mna = [](unsigned addr) { return wgmma_desc_sw128(addr, 8192, 1024); };
                 if constexpr (!L::ONE && KDA_P1_TERMS == 3) {
-                    wgmma_ss_mna<BV>(p1, mna(kq + K * 128), desc(sth_a + off), s > 0);   // lo x hi
-                    wgmma_ss_mna<BV>(p1, mna(kq), desc(stl_a + off), 1);                 // hi x lo
+                    if constexpr (P1C) {
+                        wgmma_ss_mna<BV>(pl, mna(kq + K * 128), desc(sth_a + off), s > 0);   // lo x hi
+                        wgmma_ss_mna<BV>(ph, mna(kq), desc(stl_a + off), s > 0);             // hi x lo
+                    } else {
+                        wgmma_ss_mna<BV>(p1, mna(kq + K * 128), desc(sth_a + off), s > 0);   // lo x hi
+                        wgmma_ss_mna<BV>(p1, mna(kq), desc(stl_a + off), 1);                 // hi x lo
+                    }
                 }
-                wgmma_ss_mna<BV>(p1, mna(kq), desc(sth_a + off), L::ONE || KDA_P1_TERMS == 1 ? s > 0 : 1);   // hi x hi
+                wgmma_ss_mna<BV>(p1, mna(kq), desc(sth_a + off), L::ONE || KDA_P1_TERMS == 1 || P1C ? s > 0 : 1);   // hi x hi
                 continue;
             }
             if constexpr (L::ONE || KDA_P1_TERMS == 1) {   // 17: one term, Kbg / Qg hi times S hi
                 wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), s > 0);
                 continue;
             }
-            wgmma_rs_kb<BV, true>(p1, al[s], desc(sth_a + off), s > 0);
-            wgmma_rs_kb<BV, true>(p1, ah[s], desc(stl_a + off), 1);
-            wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), 1);
+            if constexpr (P1C) {
+                wgmma_rs_kb<BV, true>(pl, al[s], desc(sth_a + off), s > 0);
+                wgmma_rs_kb<BV, true>(ph, ah[s], desc(stl_a + off), s > 0);
+                wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), s > 0);
+            } else {
+                wgmma_rs_kb<BV, true>(p1, al[s], desc(sth_a + off), s > 0);
+                wgmma_rs_kb<BV, true>(p1, ah[s], desc(stl_a + off), 1);
+                wgmma_rs_kb<BV, true>(p1, ah[s], desc(sth_a + off), 1);
+            }
+        }
+    };
+    // P1's sums once complete (probe KDA_P1_CHAINS=3: its lo terms' accumulators added to the hi x hi one)
+    auto p1_done = [&](float (&p1)[BV / 2]) {
+        fence_regs(p1);
+        if constexpr (P1C) {
+            fence_regs(p1c[0]);
+            fence_regs(p1c[1]);
+#pragma unroll
+            for (int x = 0; x < BV / 2; ++x) p1[x] += p1c[0][x] + p1c[1][x];
         }
     };
     // 24 (P4R; probe KDA_P4_LDA in the other forms): P4's A fragments, Kd^T of chunk m ([tile][k step][lo / hi]; ONE:
@@ -782,6 +825,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
     };
     // P4 of chunk m: S += Kd^T V' (V'^T of chunk m in its tile; the caller fences and commits)
+    // (probe KDA_P4_CHAINS=2, 24: the lo terms of tile mt into p4c[mt], each its own chain; p4_done adds them to S)
+    constexpr bool P4C = KDA_P4_CHAINS == 2 && P4L && !L::ONE && MAIN;
+    float p4c[P4C ? MT : 1][BV / 2];
     auto issue_p4 = [&](int m) {
         const unsigned kd_a = base + opb(m);
 #pragma unroll
@@ -793,9 +839,27 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                     const unsigned a = L::FOLD ? kd_a + 64 * mt + 32 * s   // 22 (bf16): tile 1 in the rows' second half
                                               : kd_a + mt * 8192 + 32 * s + (term == 0 ? 64 : 0);
                     const unsigned bb = svp_a + 32 * s + (term == 1 ? 64 : 0);
-                    if constexpr (P4L) wgmma_rs_kb<BV, true>(sacc[mt], kdf[mt][s][term == 0 ? 0 : 1], desc(bb), 1);
-                    else wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);   // (P4L: load_kd's fragments of a)
+                    if constexpr (P4C) {
+                        if (term < 2) wgmma_rs_kb<BV, true>(p4c[mt], kdf[mt][s][term == 0 ? 0 : 1], desc(bb), s + term > 0);
+                        else wgmma_rs_kb<BV, true>(sacc[mt], kdf[mt][s][1], desc(bb), 1);
+                    } else if constexpr (P4L) {
+                        wgmma_rs_kb<BV, true>(sacc[mt], kdf[mt][s][term == 0 ? 0 : 1], desc(bb), 1);
+                    } else {
+                        wgmma_ss<BV, true>(sacc[mt], desc(a), desc(bb), 1);   // (P4L: load_kd's fragments of a)
+                    }
                 }
+    };
+    auto p4_done = [&]() {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
+        if constexpr (P4C) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                fence_regs(p4c[mt]);
+#pragma unroll
+                for (int x = 0; x < BV / 2; ++x) sacc[mt][x] += p4c[mt][x];
+            }
+        }
     };
     // P2's A rows of chunk n's slot (warp's tokens: T rows at g8, A2 rows at g8 + 8)
     auto load_ta = [&](int n, unsigned (&ta)[2][2][4]) {   // [hi/lo][k step][a0..a3]
@@ -828,13 +892,32 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     };
     // P2: [V'; A2 X] = [T; A2] X (three terms), from ta and the X^T tile
     // (probe KDA_NO_P2: B from the V'^T tile, bt)
-    auto issue_p2 = [&](float (&p2)[BV / 2], const unsigned (&ta)[2][2][4], bool onto = false, unsigned bt = 0) {
+    // (probe KDA_P2_CHAINS=3, the main loop's P2 (chain = true): the two lo terms into p2c[0], p2c[1]; p2_done adds them)
+    constexpr bool P2C = KDA_P2_CHAINS == 3 && MAIN;
+    float p2c[P2C ? 2 : 1][BV / 2];
+    auto issue_p2 = [&](float (&p2)[BV / 2], const unsigned (&ta)[2][2][4], bool onto = false, unsigned bt = 0,
+                        bool chain = false) {
         if (!bt) bt = sx_a;   // onto: p2 += ...
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
+            if (P2C && chain) {
+                wgmma_rs_kb<BV, true>(p2c[0], ta[1][s], desc(bt + 32 * s), s > 0);
+                wgmma_rs_kb<BV, true>(p2c[P2C ? 1 : 0], ta[0][s], desc(bt + 64 + 32 * s), s > 0);
+                wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 32 * s), onto || s > 0);
+                continue;
+            }
             wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(bt + 32 * s), onto || s > 0);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 64 + 32 * s), 1);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 32 * s), 1);
+        }
+    };
+    auto p2_done = [&](float (&p2)[BV / 2]) {
+        fence_regs(p2);
+        if constexpr (P2C) {
+            fence_regs(p2c[0]);
+            fence_regs(p2c[1]);
+#pragma unroll
+            for (int x = 0; x < BV / 2; ++x) p2[x] += p2c[0][x] + p2c[1][x];
         }
     };
     // o = Ob + A2 X (rows g8 + 8) stored; V' (rows g8) returned for V'^T. with_ob = false: P2 started from Ob
@@ -1101,7 +1184,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         load_ta(n, ta);
         if constexpr (NO_P2) load_kd(n);   // probe: P4 follows P1 directly
         wgmma_wait<0>();
-        fence_regs(p1);
+        p1_done(p1);
         KDA_STAMP(1);
         // X = beta v - Kbg S (rows g8: token i), Ob = Qg S (rows g8 + 8)
         float x[BV / 4], ob[BV / 4];
@@ -1144,11 +1227,11 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         // ------------------------------------------------ P2: [V'; A2 X] = [T; A2] X
         float p2[BV / 2];
         wgmma_fence();
-        issue_p2(p2, ta);
+        issue_p2(p2, ta, false, 0, true);
         wgmma_commit();
         load_kd(n);   // 24 (or probe KDA_P4_LDA): P4's A fragments while P2 runs (P4 of chunk n - 1 has read the last ones)
         wgmma_wait<0>();
-        fence_regs(p2);
+        p2_done(p2);
         // probe KDA_KD_EARLY (24): nothing of WG_C reads buffer n & 1 after load_kd (WG_E writes it with generic stores:
         // the barrier orders this warpgroup's ldmatrix reads before them)
         if (KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);
@@ -1172,8 +1255,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
         KDA_STAMP(5);
         wgmma_wait<0>();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) fence_regs(sacc[mt]);
+        p4_done();
         KDA_STAMP(6);
         if (L::NKD == 2 && !KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);   // buffer n & 1 is free
         if (L::NKD == 3 && n + 3 < NC) named_bar_arrive(KdaWgBars::EMPTY_KD + n % 3, L::NTH);   // Kd^T buffer n % 3 is free

@@ -660,9 +660,11 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
                 (E_LDG_PROBE, "kdreg", {"KDA_E_LDG": 1}), (E_LDG_NA_PROBE, "kdreg", {"KDA_E_LDG": 2}))
 
 
-#: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains)
+#: kernels/bench/04_wgmma_rate.cu: the shapes a probe measures (N, A from registers, warpgroups, chains; four chains
+#: at one warpgroup and N <= 64, where their accumulators fit)
 WGMMA_RATE_SHAPES = tuple((n, rs, nwg, ch) for n in (16, 32, 64, 128) for rs in (True, False)
-                          for nwg in (1, 2) for ch in (1, 2))
+                          for nwg in (1, 2) for ch in (1, 2)) + tuple((n, rs, 1, 4) for n in (16, 32, 64)
+                                                                     for rs in (True, False))
 WGMMA_RATE_SOURCE = "bench/04_wgmma_rate.cu"
 WGMMA_RATE_UNROLL = 8   # wgmmas per loop trip: passed to the kernel as WR_UNROLL, so the two cannot disagree
 
