@@ -964,19 +964,23 @@ def test_wgmma_rate_arithmetic_and_shapes():
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is needed for the static build")
 def test_wgmma_rate_benchmark_builds_for_every_shape():
-    """kernels/bench/04_wgmma_rate.cu: every probed shape builds for sm_90a without spills, issues the
-    wgmma of its shape (A from registers or from shared memory) and reads the SM clock."""
+    """kernels/bench/04_wgmma_rate.cu: every probed shape and form builds for sm_90a without spills, issues the
+    wgmma of its shape (A from registers or from shared memory; form 1 with the shared-memory operand MN-major)
+    and reads the SM clock."""
     from attnlab.delta import fast
     from attnlab.static import static_build
 
-    reps = static_build(fast.WGMMA_RATE_SOURCE, "wgmma_rate", list(fast.WGMMA_RATE_SHAPES), "sm_90a")
-    for (n, rs, nwg, ch), r in zip(fast.WGMMA_RATE_SHAPES, reps):
+    inst = [(*s, 0) for s in fast.WGMMA_RATE_SHAPES] + [(n, rs, 1, 1, f) for n, rs, f in fast.WGMMA_FORM_SHAPES]
+    reps = static_build(fast.WGMMA_RATE_SOURCE, "wgmma_rate", inst, "sm_90a")
+    for (n, rs, nwg, ch, form), r in zip(inst, reps):
         assert not r.spills and r.stack_bytes == 0, r.name
         assert r.registers * 128 * nwg <= 65536, r.name
         shape = f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16"
         assert shape in r.ptx and "%clock64" in r.ptx, r.name
         operands = r.ptx.split(shape)[1].split(";")[0]   # {accumulators}, A ({registers} or a descriptor), B, ...
         assert ("}, {%r" in operands) == rs, (r.name, operands[-80:])
+        flags = operands.replace(" ", "").split(",")[-3 if rs else -4:]   # scale-a, scale-b, [tnspA,] tnspB
+        assert flags[-1 if rs else -2] == ("1" if form == 1 else "0"), (r.name, flags)   # the MN-major operand
 
 
 def test_rounding_table_and_generated_bf16_lines():

@@ -10,6 +10,10 @@
 // cycles (attnlab.delta.fast.wgmma_rate_table), with one block per SM. Whether a second warpgroup
 // raises the rate says whether one warpgroup's issue, not the SM's tensor pipe, bounds a narrow chain.
 //
+// FORM 1 reads the shared-memory operand MN-major (A for RS = false, as 19-24's P1 reads [Kg; Qg]^T; B for RS =
+// true and N = 64, as 16's P1^T reads WG_E's rows), FORM 2 waits for each group of WR_UNROLL wgmmas before the next
+// is issued (K-major as FORM 0): a group's time from the first issue to its results, as a chain's product takes it.
+//
 // Launch: one block per SM, 128 NWG threads, WrLayout<N>::SMEM_BYTES of dynamic shared memory;
 // out[block * NWG + wg] = cycles, out[gridDim.x * NWG + ...] = the accumulators' sum (not dead code).
 // Requires sm_90a.
@@ -26,9 +30,11 @@ struct WrLayout {
     static constexpr int SMEM_BYTES = A_BYTES + B_BYTES + 1024;
 };
 
-template <int N, bool RS, int NWG, int CHAINS>
+template <int N, bool RS, int NWG, int CHAINS, int FORM = 0>
 __global__ void __launch_bounds__(128 * NWG, 1) wgmma_rate(float* __restrict__ out, int iters) {
     static_assert(CHAINS == 1 || CHAINS == 2 || CHAINS == 4, "one, two or four accumulator chains");
+    static_assert(FORM == 0 || FORM == 2 || (FORM == 1 && (RS ? N == 64 : N <= 64)),
+                  "FORM 1: MN-major A at N <= 64, or MN-major B at N = 64");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const unsigned raw = smem_u32(smem_raw), base = (raw + 1023u) & ~1023u;
     unsigned char* const sm = smem_raw + (base - raw);
@@ -57,11 +63,18 @@ __global__ void __launch_bounds__(128 * NWG, 1) wgmma_rate(float* __restrict__ o
         for (int u = 0; u < WR_UNROLL; ++u) {
             const int s = u % 4, c = u % CHAINS;
             const unsigned long long db = wgmma_desc_sw128(b_tile + 32 * s, 16, 1024);
-            if constexpr (RS) wgmma_rs_kb<N, true>(d[c], a[s], db, 1);
-            else wgmma_ss<N, true>(d[c], wgmma_desc_sw128(a_tile + 32 * s, 16, 1024), db, 1);
+            if constexpr (FORM == 1) {   // MN-major: k step s is the tile's rows 16s .. (2048 bytes on), 128-byte swizzle
+                if constexpr (RS) wgmma_rs<N, true>(d[c], a[s], wgmma_desc_sw128(b_tile + 2048 * s, 8192, 1024), 1);
+                else wgmma_ss_mna<N>(d[c], wgmma_desc_sw128(a_tile + 2048 * s, 8192, 1024), db, 1);
+            } else if constexpr (RS) {
+                wgmma_rs_kb<N, true>(d[c], a[s], db, 1);
+            } else {
+                wgmma_ss<N, true>(d[c], wgmma_desc_sw128(a_tile + 32 * s, 16, 1024), db, 1);
+            }
         }
         wgmma_commit();
-        wgmma_wait<1>();   // one group in flight while the next is issued
+        if constexpr (FORM == 2) wgmma_wait<0>();   // the group's results before the next group
+        else wgmma_wait<1>();                       // one group in flight while the next is issued
     }
     wgmma_wait<0>();
 #pragma unroll

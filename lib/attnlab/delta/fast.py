@@ -665,6 +665,11 @@ PROBE_BUILDS = (("10", "lean", {}), ("10 producers alone (KDA_PROBE=1)", "lean",
 WGMMA_RATE_SHAPES = tuple((n, rs, nwg, ch) for n in (16, 32, 64, 128) for rs in (True, False)
                           for nwg in (1, 2) for ch in (1, 2)) + tuple((n, rs, 1, 4) for n in (16, 32, 64)
                                                                      for rs in (True, False))
+#: ... and its other forms at one warpgroup and chain (N, A from registers, form): 1, the shared-memory operand
+#: MN-major (A, or B at N = 64); 2, each group of WGMMA_RATE_UNROLL wgmmas waited before the next is issued
+WGMMA_FORM_SHAPES = (tuple((n, False, 1) for n in (16, 32, 64)) + ((64, True, 1),)
+                     + tuple((n, rs, 2) for n in (16, 32, 64, 128) for rs in (True, False)))
+WGMMA_FORMS = {0: "K-major, a group in flight", 1: "MN-major", 2: "each group waited"}
 WGMMA_RATE_SOURCE = "bench/04_wgmma_rate.cu"
 WGMMA_RATE_UNROLL = 8   # wgmmas per loop trip: passed to the kernel as WR_UNROLL, so the two cannot disagree
 
@@ -677,18 +682,19 @@ def wgmma_macs_per_cycle(n: int, wgmmas: int, nwg: int, cycles: float) -> float:
     return 64 * n * 16 * wgmmas * nwg / cycles
 
 
-def wgmma_rate_table(shapes=WGMMA_RATE_SHAPES, iters: int = 4096) -> pd.DataFrame:
-    """kernels/bench/04_wgmma_rate.cu on every SM for each (N, A from registers, warpgroups, chains):
-    the median over blocks of each warpgroup's loop cycles and the MACs per SM cycle that gives
-    (sm_90a; a probe's table: what a narrow wgmma chain can issue, one warpgroup against two)."""
+def wgmma_rate_table(shapes=WGMMA_RATE_SHAPES, iters: int = 4096, forms=WGMMA_FORM_SHAPES) -> pd.DataFrame:
+    """kernels/bench/04_wgmma_rate.cu on every SM for each (N, A from registers, warpgroups, chains) of ``shapes``
+    and each (N, A from registers, form) of ``forms`` (one warpgroup, one chain): the median over blocks of each
+    warpgroup's loop cycles, the cycles per wgmma and per group of WGMMA_RATE_UNROLL, and the MACs per SM cycle that
+    gives (sm_90a; a probe's table: what a narrow wgmma chain can issue, one warpgroup against two)."""
     import cupy as cp
 
     from ..compile import load_kernel
 
     sms = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
     rows = []
-    for n, rs, nwg, ch in shapes:
-        ker = load_kernel(WGMMA_RATE_SOURCE, "wgmma_rate", (n, rs, nwg, ch), arch=dk.WGMMA_ARCH,
+    for n, rs, nwg, ch, form in [(*s, 0) for s in shapes] + [(n, rs, 1, 1, f) for n, rs, f in forms]:
+        ker = load_kernel(WGMMA_RATE_SOURCE, "wgmma_rate", (n, rs, nwg, ch, form), arch=dk.WGMMA_ARCH,
                           defines={"WR_UNROLL": WGMMA_RATE_UNROLL})
         smem = 64 * 128 + n * 128 + 1024   # WrLayout<N>::SMEM_BYTES: the A tile, the B tile, room to align
         ker.max_dynamic_shared_size_bytes = smem
@@ -699,11 +705,11 @@ def wgmma_rate_table(shapes=WGMMA_RATE_SHAPES, iters: int = 4096) -> pd.DataFram
         cp.cuda.get_current_stream().synchronize()
         host = out.get()
         if not np.all(np.isfinite(host[sms * nwg:])):
-            raise RuntimeError(f"wgmma_rate<{n}, {rs}, {nwg}, {ch}> produced non-finite values")
+            raise RuntimeError(f"wgmma_rate<{n}, {rs}, {nwg}, {ch}, {form}> produced non-finite values")
         cycles = float(np.median(host[:sms * nwg]))
-        rows.append(dict(N=n, a_from="registers" if rs else "shared", warpgroups=nwg, chains=ch, iters=iters,
-                         median_cycles=cycles,
-                         cycles_per_wgmma=cycles / (iters * WGMMA_RATE_UNROLL),
+        rows.append(dict(N=n, a_from="registers" if rs else "shared", warpgroups=nwg, chains=ch,
+                         form=WGMMA_FORMS[form], iters=iters, median_cycles=cycles,
+                         cycles_per_wgmma=cycles / (iters * WGMMA_RATE_UNROLL), cycles_per_group=cycles / iters,
                          macs_per_sm_cycle=wgmma_macs_per_cycle(n, iters * WGMMA_RATE_UNROLL, nwg, cycles)))
     return pd.DataFrame(rows)
 
