@@ -32,6 +32,10 @@
 // WG_E's arithmetic idle (the chain alone).
 #include "wgmma_recurrence.cuh"
 
+#ifndef KDA_RS_VPIN
+#define KDA_RS_VPIN 0
+#endif
+
 template <int K_, int V_, int C_, bool BF_>
 struct KdaRsLayout {
     static constexpr int K = K_, V = V_, C = C_, BV = 64;
@@ -249,7 +253,7 @@ kda_chunk_state_wgrs(const typename KdaIn<BF>::T* __restrict__ q, const typename
                 sacc[4 * j] *= d.x; sacc[4 * j + 1] *= d.y; sacc[4 * j + 2] *= d.x; sacc[4 * j + 3] *= d.y;
             }
         }
-        if (n + 1 < NC) load_vb(n + 1, vn, bn);
+        if (n + 1 < NC && KDA_RS_VPIN != 2) load_vb(n + 1, vn, bn);   // (probe 2: chunk 0's v and beta throughout)
         wgmma_wait<0>();
         fence_regs(p1);
         KDA_STAMP(2);
@@ -301,6 +305,10 @@ kda_chunk_state_wgrs(const typename KdaIn<BF>::T* __restrict__ q, const typename
                 if (t < TT) kda_st1<BF>(o + kda_bthd(b, t, h, v0 + 16 * warp + g8 + 8 * (r / 2), TT, H, V),
                                         p1[16 + 4 * j + r] + p2[16 + 4 * j + r]);
             }
+#if KDA_RS_VPIN == 1   // probe build (results 16's): the next chunk's v and beta become this chunk's here, after P4's issue
+        fence_regs(vn);   // (nothing earlier may wait for their loads: ptxas otherwise moves the copies up to P2, where
+        fence_regs(bn);   // the loads issued during P1 are still in flight; scripts/ncu_source.py found that stall)
+#endif
 #pragma unroll
         for (int x = 0; x < 16; ++x) vc[x] = vn[x];
 #pragma unroll
