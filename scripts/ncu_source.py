@@ -9,7 +9,8 @@ recorded, per-kernel counters are scripts/ncu_profile.py's; this answers the fol
 
 Each LAUNCH is KERNEL:D:N:DTYPE[:causal] (B=2, H=8, registry default parameters; KERNEL may be a
 torch SDPA reference such as sdpa_flash), or delta:IMPL:T[:bf16][:prep] for the recurrence of a kda_tc
-impl (notebook 13; B=2, H=16, K=V=128, fp32, 07's output in place: `delta:tma2:4096`), with bf16 inputs
+impl (notebook 13; B=2, H=16, K=V=128, fp32, 07's output in place: `delta:tma2:4096`; a probe build with
+`:MACRO=N` items, `delta:kdreg:4096:KDA_E_SHARE=2`), with bf16 inputs
 (`:bf16`; a bf16-only impl such as 17's "single" gets them anyway), or its 07 instead (`:prep`). Every launch gets its own ncu run (SourceCounters and
 WarpStateStats sections) over a worker that launches it once inside a profiler window after a
 warm-up. Writes under --out, per launch: <label>.ncu-rep, <label>.source.csv (ncu --page source
@@ -31,9 +32,12 @@ sys.path.insert(0, str(ROOT / "lib"))
 def parse_launch(text: str) -> dict:
     parts = text.split(":")
     if parts[0] == "delta":
-        if len(parts) < 3 or not set(parts[3:]) <= {"bf16", "prep"}:
-            raise SystemExit(f"launch {text!r}: expected delta:IMPL:T[:bf16][:prep]")
-        return dict(kernel="delta", impl=parts[1], T=int(parts[2]), bf16="bf16" in parts[3:], prep="prep" in parts[3:])
+        flags = [x for x in parts[3:] if "=" not in x]
+        macros = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in parts[3:] if "=" in kv}
+        if len(parts) < 3 or not set(flags) <= {"bf16", "prep"}:
+            raise SystemExit(f"launch {text!r}: expected delta:IMPL:T[:bf16][:prep][:MACRO=N ...]")
+        return dict(kernel="delta", impl=parts[1], T=int(parts[2]), bf16="bf16" in flags, prep="prep" in flags,
+                    defines=macros or None)
     if len(parts) not in (4, 5) or (len(parts) == 5 and parts[4] != "causal"):
         raise SystemExit(f"launch {text!r}: expected KERNEL:D:N:DTYPE[:causal]")
     return dict(kernel=parts[0], D=int(parts[1]), N=int(parts[2]), dtype=parts[3], causal=len(parts) == 5)
@@ -41,7 +45,8 @@ def parse_launch(text: str) -> dict:
 
 def label_of(e: dict) -> str:
     if e["kernel"] == "delta":
-        return f"delta_{e['impl']}_T{e['T']}" + ("_bf16" if e.get("bf16") else "") + ("_prep" if e.get("prep") else "")
+        return (f"delta_{e['impl']}_T{e['T']}" + ("_bf16" if e.get("bf16") else "") + ("_prep" if e.get("prep") else "")
+                + "".join(f"_{k}{v}" for k, v in (e.get("defines") or {}).items()))
     return f"{e['kernel']}_D{e['D']}_N{e['N']}_{e['dtype']}{'_causal' if e['causal'] else ''}"
 
 
@@ -53,7 +58,7 @@ def worker(e: dict) -> int:
 
         _, d = db.device_inputs(2, e["T"], 16, 128, 128, seed=0)
         d = fast.bf16_inputs(d) if e.get("bf16") else fast.probe_inputs(d, e["impl"])[0]
-        plan = dk.prepare_tc(**d, check_gate=False, impl=e["impl"])
+        plan = dk.prepare_tc(**d, check_gate=False, impl=e["impl"], defines=e.get("defines"))
         plan.run()
         cp.cuda.Device().synchronize()
         cp.cuda.runtime.profilerStart()
