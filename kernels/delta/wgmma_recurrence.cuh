@@ -147,6 +147,12 @@ static_assert(KDA_P2_CHAINS == 1 || KDA_P2_CHAINS == 3, "KDA_P2_CHAINS: 1 (as bu
 #endif                    // tile, added to the state once P4 completes (2), or every term onto the state (1, as built)
 static_assert(KDA_P4_CHAINS == 1 || KDA_P4_CHAINS == 2, "KDA_P4_CHAINS: 1 (as built) or 2 (probe)");
 
+#ifndef KDA_O_LATE
+#define KDA_O_LATE 0   // probe build (19-24's main loop; results valid, the same words): chunk n's o stored behind chunk
+#endif                 // n + 1's P1 issue (1), not before V'^T's proxy fence (0, as built), whose membar waits for the
+                       // thread's outstanding global stores (scripts/ncu_source.py: that fence's long-scoreboard stalls)
+static_assert(KDA_O_LATE == 0 || KDA_O_LATE == 1, "KDA_O_LATE: 0 (as built) or 1 (probe)");
+
 #ifndef KDA_P1_LDA
 #define KDA_P1_LDA 0   // probe build (19, 20, 22, 24; results valid): P1's A, [Kg; Qg], from registers, loaded by
 #endif                 // ldmatrix.trans from the buffer's MN-major tile while the chunk before runs P4 (1), or
@@ -934,6 +940,30 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             vp[2 * j + 1] = p2[4 * j + 1];
         }
     };
+    // probe KDA_O_LATE: chunk n's o (rows g8 + 8: Ob + A2 X) kept here, stored behind chunk n + 1's P1 issue
+    constexpr bool OLATE = KDA_O_LATE && MAIN;
+    float ol[BV / 4];
+    long long t_ol = -1;   // its first token (-1: nothing kept)
+    auto o_keep = [&](long long t0, const float (&ob)[BV / 4], const float (&p2)[BV / 2], float (&vp)[BV / 4]) {
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            ol[2 * j] = ob[2 * j] + p2[4 * j + 2];
+            ol[2 * j + 1] = ob[2 * j + 1] + p2[4 * j + 3];
+            vp[2 * j] = p2[4 * j];
+            vp[2 * j + 1] = p2[4 * j + 1];
+        }
+        t_ol = t0;
+    };
+    auto o_flush = [&]() {
+        if (t_ol < 0) return;
+        const long long t = t_ol + i;
+        if (t < TT) {
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+                kda_st2<BF>(o + kda_bthd(b, t, h, v0 + 8 * j + 2 * t4, TT, H, V), ol[2 * j], ol[2 * j + 1]);
+        }
+        t_ol = -1;
+    };
     // the state's decay by chunk m's 2^G_L (in S's rows)
     auto decay = [&](int m) {
         const float* dd = gl_of(m);
@@ -1179,6 +1209,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         if (n + 1 < NC) load_beta(n + 1);
         decay(n);
 #endif
+        if constexpr (OLATE) o_flush();   // probe: the chunk before's o, while P1 runs
         // while P1 runs: this chunk's P2 A rows (warp's tokens: T rows at g8, A2 rows at g8 + 8)
         unsigned ta[2][2][4];   // [hi/lo][k step][a0..a3]
         load_ta(n, ta);
@@ -1238,7 +1269,8 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         KDA_STAMP(3);
         // o = Ob + A2 X (rows g8 + 8); V' (rows g8) to V'^T
         float vp[BV / 4];
-        o_vp(t0, ob, p2, vp);
+        if constexpr (OLATE) o_keep(t0, ob, p2, vp);
+        else o_vp(t0, ob, p2, vp);
         write_tok_t(svp_a, vp);
         fence_proxy_async();
         named_bar_sync(BAR_CONS, 128);
@@ -1267,6 +1299,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
         KDA_STAMP(7);
     }
+    if constexpr (OLATE) o_flush();   // probe: the last chunk's o
     }
     if (KDA_PROBE == 3) return;   // the stamps live where ht would be written
     if (ht) {

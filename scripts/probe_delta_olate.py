@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""GPU probe: does 24's chain wait for its own o stores? (KDA_O_LATE=1: each chunk's o stored behind the next P1)
+
+    PYTHONPATH=lib python scripts/probe_delta_olate.py [--T 4096 16384] [--rounds 2] [--out DIR] [--no-fla]
+        [--workers 14]
+
+scripts/ncu_source.py's per-instruction samples of 24 put long-scoreboard stalls on the proxy fence that hands V'^T to
+P4 (MEMBAR.ALL.CTA, then FENCE.VIEW.ASYNC.S) and on the barrier after it: the membar waits for the chunk's o stores
+issued just before. The probe build KDA_O_LATE=1 keeps o in registers and stores it behind the next chunk's P1 issue
+(results 24's bit for bit: the same words). First, in worker processes, every build below is compiled into the lab's
+cache; then at B=2, H=16, K=V=128, fp32 inputs, for each T, in turn, --rounds times: 07 -> 24 (the call, 24 alone, 07
+alone), 07 -> 24 with KDA_O_LATE (the call, the recurrence), the same with P1's A from registers (KDA_P1_LDA=1) and with
+WG_E at half its tokens (KDA_E_SHARE=2; results meaningless: the bound with WG_E out of the way), both chains alone
+(KDA_PROBE=5); o and the final state of each valid build against 24's (expected equal); fla's chunk_kda (bf16) in the
+same run (probe_olate.csv, written after each T); last, the clock stamps of 24 and of the probe build at T = 4096
+(state_phases_*.csv). Not a recorded run: notebook 13 records what the lab quotes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_delta_share import run_forms  # noqa: E402  (scripts/: the probes' shared driver)
+from warm_delta_builds import build  # noqa: E402
+
+LATE = {"KDA_O_LATE": 1}
+REC = (((2,), "recurrence"),)
+#: (label, impl, the recurrence's defines, side by side, stages timed, results valid)
+FORMS = (("07+24", "kdreg", None, False, (((1, 2), "all"), ((2,), "recurrence"), ((1,), "07"))),
+         ("07+24, o stored behind the next P1 (KDA_O_LATE=1)", "kdreg", LATE, False,
+          (((1, 2), "all"), ((2,), "recurrence")), True),
+         ("24, KDA_O_LATE=1 and P1's A from registers (KDA_P1_LDA=1)", "kdreg", {**LATE, "KDA_P1_LDA": 1}, False, REC, True),
+         ("24, KDA_O_LATE=1 and WG_E at half its tokens (KDA_E_SHARE=2)", "kdreg", {**LATE, "KDA_E_SHARE": 2}, False, REC),
+         ("24, KDA_O_LATE=1, P1_LDA=1 and E_SHARE=2", "kdreg", {**LATE, "KDA_P1_LDA": 1, "KDA_E_SHARE": 2}, False, REC),
+         ("24 chain alone (KDA_PROBE=5)", "kdreg", {"KDA_PROBE": 5}, False, REC),
+         ("24, KDA_O_LATE=1, chain alone", "kdreg", {**LATE, "KDA_PROBE": 5}, False, REC))
+STAMPED = ({}, LATE, {**LATE, "KDA_P1_LDA": 1})
+
+
+def warm(workers: int) -> None:
+    """Compile every build of the probe (and its stamp builds) in ``workers`` processes."""
+    from attnlab.delta import fast
+
+    tasks = [("kdreg", 128, None, "fp32", tuple(d.items()) if d else None) for _, _, d, *_ in FORMS]
+    tasks += [("kdreg", 128, None, "fp32", tuple({**d, "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
+              for d in STAMPED]
+    t0 = time.perf_counter()
+    print(build(("lean", 128, None, "fp32", None)), flush=True)   # 07 first: every worker loads it from the cache
+    with mp.get_context("spawn").Pool(workers) as pool:
+        for line in pool.imap_unordered(build, list(dict.fromkeys(tasks))):
+            print(line, flush=True)
+    print(f"builds: {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def stamps(out: Path) -> None:
+    """The clock stamps (KDA_PROBE=3) of 24 and of the STAMPED probe builds at T = 4096, into ``out``."""
+    from attnlab.delta import fast
+
+    for d in STAMPED:
+        ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096, impl="kdreg", defines=d or None)
+        tag = "_".join(f"{k}{v}" for k, v in d.items()) or "as_built"
+        ph.to_csv(out / f"state_phases_kdreg_{tag}.csv", index=False)
+        print(d, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
+
+
+def main() -> None:
+    workers = 14
+    if "--workers" in sys.argv:   # this probe's own option; run_forms parses the rest
+        i = sys.argv.index("--workers")
+        workers = int(sys.argv[i + 1])
+        del sys.argv[i:i + 2]
+    parsed = []
+    run_forms(FORMS, "probe_olate.csv", __doc__.split("\n\n")[0],
+              before=lambda a: (parsed.append(a), warm(workers)))
+    stamps(Path(parsed[0].out))
+
+
+if __name__ == "__main__":
+    main()
