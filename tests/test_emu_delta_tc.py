@@ -233,7 +233,8 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     tiles into registers by ldmatrix and issue the same products in the same order, KDA_PREP_ALIAS=0 runs 07 on
     fp32 inputs in its earlier layout (the late arrays in their own space), KDA_KD_EARLY has 24 hand its operand buffer
     back before P4, KDA_STAGE_RING gives 23's element-wise warpgroup two staging tiles and KDA_O_LATE stores each chunk's o
-    behind the next chunk's P1 issue (the last chunk's after the loop); KDA_PREP_LEAN (a build of
+    behind the next chunk's P1 issue (the last chunk's after the loop), KDA_O_BULK has 24 store it from a
+    shared-memory tile by bulk copies; KDA_PREP_LEAN (a build of
     its own, 07 in its recorded layout) steps one offset a row for 07's and 21's loads and has 07 store Aqk during the
     inverse, its zero blocks written by the copy out: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22,
     fp32 and bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
@@ -243,7 +244,8 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     x = random_inputs(B, T, H, K, V, seed=5 + K + BV, gate="mixed", initial_state=True)
     outs = {}
     for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=0",
-                                                       "-DKDA_KD_EARLY=1", "-DKDA_STAGE_RING=1", "-DKDA_O_LATE=1")),
+                                                       "-DKDA_KD_EARLY=1", "-DKDA_STAGE_RING=1", "-DKDA_O_LATE=1",
+                                                       "-DKDA_O_BULK=1")),
                           ("lean", ("-DKDA_PREP_LEAN=1",))):   # 07 in its aliased layout (ALIAS=0 above is not)
         d = tmp_path / name
         d.mkdir()

@@ -153,6 +153,14 @@ static_assert(KDA_P4_CHAINS == 1 || KDA_P4_CHAINS == 2, "KDA_P4_CHAINS: 1 (as bu
                        // thread's outstanding global stores (scripts/ncu_source.py: that fence's long-scoreboard stalls)
 static_assert(KDA_O_LATE == 0 || KDA_O_LATE == 1, "KDA_O_LATE: 0 (as built) or 1 (probe)");
 
+#ifndef KDA_O_BULK
+#define KDA_O_BULK 0   // probe build (19-24's main loop at fp32 inputs; results valid, the same words): each chunk's o
+#endif                 // written to a shared-memory tile beside V'^T and stored by bulk copies (warp 0, a token row a
+                       // lane), whose completion no proxy fence's membar waits for (1); or by st.global (0, as built).
+                       // The tile (C rows of BV + 8 words) lies past the layout, in the room the launcher's mirror
+                       // leaves (kernels.tile_smem_words; the kernel traps where there is none)
+static_assert(KDA_O_BULK == 0 || KDA_O_BULK == 1, "KDA_O_BULK: 0 (as built) or 1 (probe)");
+
 #ifndef KDA_P1_LDA
 #define KDA_P1_LDA 0   // probe build (19, 20, 22, 24; results valid): P1's A, [Kg; Qg], from registers, loaded by
 #endif                 // ldmatrix.trans from the buffer's MN-major tile while the chunk before runs P4 (1), or
@@ -940,6 +948,28 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             vp[2 * j + 1] = p2[4 * j + 1];
         }
     };
+    // probe KDA_O_BULK: chunk n's o into a tile past the layout (rows of BV + 8 words: a warp's float2 stores of 8
+    // tokens spread over the banks), stored by warp 0's bulk copies once V'^T's barrier has passed
+    constexpr bool OBULK = KDA_O_BULK && MAIN && !BF && L::P4R;   // (24: its launch leaves the room)
+    constexpr int OB_LD = BV + 8, OB_OFF = (L::BYTES + 127) / 128 * 128;
+    if constexpr (OBULK) {
+        if (kda_dynamic_smem_size() < (unsigned)(OB_OFF + C * OB_LD * 4 + 1024)) __trap();
+    }
+    auto o_tile = [&](const float (&ob)[BV / 4], const float (&p2)[BV / 2], float (&vp)[BV / 4]) {
+        float* ot = reinterpret_cast<float*>(sm + OB_OFF) + i * OB_LD;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            *reinterpret_cast<float2*>(ot + 8 * j + 2 * t4) = make_float2(ob[2 * j] + p2[4 * j + 2], ob[2 * j + 1] + p2[4 * j + 3]);
+            vp[2 * j] = p2[4 * j];
+            vp[2 * j + 1] = p2[4 * j + 1];
+        }
+    };
+    auto o_bulk = [&](long long t0) {   // warp 0, after the barrier that follows the tile's writes and proxy fence
+        if (warp != 0) return;
+        const long long t = t0 + lane;
+        if (t < TT) bulk_store(o + kda_bthd(b, t, h, v0, TT, H, V), base + OB_OFF + lane * OB_LD * 4, BV * 4);
+        bulk_store_commit();
+    };
     // probe KDA_O_LATE: chunk n's o (rows g8 + 8: Ob + A2 X) kept here, stored behind chunk n + 1's P1 issue
     constexpr bool OLATE = KDA_O_LATE && MAIN;
     float ol[BV / 4];
@@ -1253,6 +1283,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         }
         write_tok_t(sx_a, x);
         fence_proxy_async();
+        if (OBULK && warp == 0) bulk_store_wait_all();   // probe: the chunk before's o has left the tile
         named_bar_sync(BAR_CONS, 128);
         KDA_STAMP(2);
         // ------------------------------------------------ P2: [V'; A2 X] = [T; A2] X
@@ -1269,11 +1300,13 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         KDA_STAMP(3);
         // o = Ob + A2 X (rows g8 + 8); V' (rows g8) to V'^T
         float vp[BV / 4];
-        if constexpr (OLATE) o_keep(t0, ob, p2, vp);
+        if constexpr (OBULK) o_tile(ob, p2, vp);
+        else if constexpr (OLATE) o_keep(t0, ob, p2, vp);
         else o_vp(t0, ob, p2, vp);
         write_tok_t(svp_a, vp);
         fence_proxy_async();
         named_bar_sync(BAR_CONS, 128);
+        if constexpr (OBULK) o_bulk(t0);
         KDA_STAMP(4);
         // ------------------------------------------------ P4: S = 2^G_L S + Kd^T V'
         wgmma_fence();
@@ -1300,6 +1333,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         KDA_STAMP(7);
     }
     if constexpr (OLATE) o_flush();   // probe: the last chunk's o
+    if (OBULK && warp == 0) bulk_store_wait_all();   // probe: the last chunk's o has left the tile
     }
     if (KDA_PROBE == 3) return;   // the stamps live where ht would be written
     if (ht) {

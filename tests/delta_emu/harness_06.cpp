@@ -284,7 +284,8 @@ int main(int argc, char** argv) {
     {
         using LR = KdaWgLayout<K, V, C, BV, false, 4, 1, true, 2, true, false, false, true, 128, false, false, true>;
         const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
-        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LR::NTH, (size_t)LR::SMEM_BYTES, [&] {
+        // (probe KDA_O_BULK: o's tile past the layout, in room the launcher leaves; here 8 KB more)
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LR::NTH, (size_t)LR::SMEM_BYTES + (KDA_O_BULK ? 8192 : 0), [&] {
             kda_chunk_state_kdreg<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
                                                has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
                                                mg, mk, mq, mv, tamap(ta2.data()));
