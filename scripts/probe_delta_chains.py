@@ -19,16 +19,13 @@ each valid build against 24's (expected within rounding: 1e-6); fla's chunk_kda 
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probe_delta_share import run_forms  # noqa: E402  (scripts/: the probes' shared driver)
-from warm_delta_builds import build  # noqa: E402
+from probe_delta_share import run_forms, stamp_forms, warm_forms, workers_arg  # noqa: E402  (scripts/: the shared driver)
 
 ALL = {"KDA_P1_CHAINS": 3, "KDA_P2_CHAINS": 3, "KDA_P4_CHAINS": 2}
 LDA = {"KDA_P1_LDA": 1}
@@ -47,49 +44,21 @@ FORMS = (("07+24", "kdreg", None, False, (((1, 2), "all"), ((2,), "recurrence"),
 STAMPED = ({}, {"KDA_P1_CHAINS": 3}, ALL, {**LDA, **ALL})
 
 
-def measure(a, workers: int) -> None:
-    """Compile every build of the probe in ``workers`` processes, then the wgmma-rate table into --out."""
+def rate_table(out: Path) -> None:
+    """kernels/bench/04_wgmma_rate.cu's table (attnlab.delta.fast.wgmma_rate_table) into ``out``/wgmma_rate.csv."""
     from attnlab.delta import fast
 
-    tasks = [("kdreg", 128, None, "fp32", tuple(d.items()) if d else None) for _, _, d, *_ in FORMS]
-    tasks += [("kdreg", 128, None, "fp32", tuple({**d, "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
-              for d in STAMPED]
-    t0 = time.perf_counter()
-    print(build(("lean", 128, None, "fp32", None)), flush=True)   # 07 first: every worker loads it from the cache
-    with mp.get_context("spawn").Pool(workers) as pool:
-        for line in pool.imap_unordered(build, list(dict.fromkeys(tasks))):
-            print(line, flush=True)
-    print(f"builds: {time.perf_counter() - t0:.0f} s", flush=True)
     t = fast.wgmma_rate_table()
-    t.to_csv(Path(a.out) / "wgmma_rate.csv", index=False)
+    t.to_csv(out / "wgmma_rate.csv", index=False)
     print(t.round(3).to_string(), flush=True)
 
 
-def stamps(out: Path) -> None:
-    """The clock stamps (KDA_PROBE=3) of 24 and of the STAMPED probe builds at T = 4096, into ``out``."""
-    from attnlab.delta import fast
-
-    for d in STAMPED:
-        ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096, impl="kdreg", defines=d or None)
-        tag = "_".join(f"{k}{v}" for k, v in d.items()) or "as_built"
-        ph.to_csv(out / f"state_phases_kdreg_{tag}.csv", index=False)
-        print(d, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
-
-
 def main() -> None:
-    workers = 14
-    if "--workers" in sys.argv:   # this probe's own option; run_forms parses the rest
-        i = sys.argv.index("--workers")
-        workers = int(sys.argv[i + 1])
-        del sys.argv[i:i + 2]
+    workers = workers_arg()
     parsed = []
-
-    def before(a):
-        parsed.append(a)
-        measure(a, workers)
-
-    run_forms(FORMS, "probe_chains.csv", __doc__.split("\n\n")[0], before=before)
-    stamps(Path(parsed[0].out))
+    run_forms(FORMS, "probe_chains.csv", __doc__.split("\n\n")[0],
+              before=lambda a: (parsed.append(a), warm_forms(FORMS, STAMPED, workers), rate_table(Path(a.out))))
+    stamp_forms(Path(parsed[0].out), STAMPED)
 
 
 if __name__ == "__main__":

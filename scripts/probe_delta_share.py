@@ -94,6 +94,49 @@ def run_forms(forms, csv_name: str, description: str, before=None) -> None:
                          sort=False).to_string())
 
 
+def warm_forms(forms, stamped, workers: int, impl: str = "kdreg") -> None:
+    """Compile, in ``workers`` processes, every build of ``forms`` and the clock-stamp builds (KDA_PROBE=3) of ``impl``
+    with each macro set of ``stamped``, into the lab's cache (07 first, here: every worker then loads it)."""
+    import multiprocessing as mp
+    import time
+
+    from attnlab.delta import fast
+    from warm_delta_builds import build
+
+    tasks = [(impl_, 128, None, "fp32", tuple(d.items()) if d else None) for _, impl_, d, *_ in forms]
+    tasks += [(impl, 128, None, "fp32", tuple({**d, "KDA_PROBE": 3, "KDA_NSTAMP": fast.STAMP_CHUNKS}.items()))
+              for d in stamped]
+    t0 = time.perf_counter()
+    print(build(("lean", 128, None, "fp32", None)), flush=True)
+    with mp.get_context("spawn").Pool(workers) as pool:
+        for line in pool.imap_unordered(build, list(dict.fromkeys(tasks))):
+            print(line, flush=True)
+    print(f"builds: {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def stamp_forms(out: Path, stamped, impl: str = "kdreg") -> None:
+    """The clock stamps (KDA_PROBE=3) of ``impl`` with each macro set of ``stamped`` at T = 4096, into ``out``."""
+    from attnlab.delta import fast
+
+    for d in stamped:
+        ph = fast.phase_cycles(2, 16, 128, 128, 4096, seed=4096, impl=impl, defines=d or None)
+        tag = "_".join(f"{k}{v}" for k, v in d.items()) or "as_built"
+        ph.to_csv(out / f"state_phases_{impl}_{tag}.csv", index=False)
+        print(d, fast.phase_summary(ph).to_string(), sep="\n", flush=True)
+
+
+def workers_arg(default: int = 14) -> int:
+    """A probe's --workers N (the processes that compile its builds), taken out of sys.argv before run_forms parses it."""
+    import sys
+
+    if "--workers" not in sys.argv:
+        return default
+    i = sys.argv.index("--workers")
+    n = int(sys.argv[i + 1])
+    del sys.argv[i:i + 2]
+    return n
+
+
 def main() -> None:
     run_forms(FORMS, "probe_share.csv", __doc__.split("\n\n")[0])
 

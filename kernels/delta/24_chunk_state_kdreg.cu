@@ -29,6 +29,12 @@
 // work over a cluster of that many value blocks; KDA_E_LDG=1 / 2 (results 24's) load WG_E's q, k, g from global
 // memory with no staging tile (each chunk's boxes prefetched into L2 a chunk ahead; 2: no L1 allocation), taking the
 // tile's landing and reads out of shared memory, whose load/store pipe is the busiest of 24's (the counters).
+// Where the chain waits (probe builds of the shared loop, wgmma_recurrence.cuh; scripts/probe_delta_chains.py and
+// probe_delta_olate.py, not recorded): not on its wgmmas' shared accumulators (KDA_P1/P2/P4_CHAINS, each product's lo
+// terms in accumulators of their own: no faster; kernels/bench/04_wgmma_rate.cu issues a wgmma that sums onto the one
+// before as fast as an independent one), but partly on its own o stores: V'^T's proxy fence is a membar that waits for
+// them (scripts/ncu_source.py's samples); stored behind the next chunk's P1 instead (KDA_O_LATE) the recurrence is a
+// little faster, stored from a shared-memory tile by bulk copies (KDA_O_BULK) much slower.
 //
 // Launch: 19's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output; shared memory
 // kernels.tile_smem_words). Requires sm_90a.
