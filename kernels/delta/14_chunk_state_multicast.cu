@@ -419,8 +419,10 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             // without a proxy fence, the copy could land before the last loads of the chunk had read it
             // (scripts/stress_delta.py caught 19's fp32 form so: a channel's last tokens read from chunk
             // n + 1; 16 fences its own tile alike). KDA_STAGE_RELEASE=0 (probe build): no fence, the race.
+            // KDA_E_LDG stages nothing, and takes no fence here: its membar would wait for the chunk's global loads
+            // just issued above (scripts/ncu_source.py: a fence's long-scoreboard stalls behind outstanding memory ops)
 #if KDA_STAGE_RELEASE
-            fence_proxy_async();
+            if constexpr (!LDG) fence_proxy_async();
 #endif
             named_bar_sync(BAR_PROD, L::NE);
             if (n + 1 < NC) {
