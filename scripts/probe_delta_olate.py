@@ -7,7 +7,8 @@
 scripts/ncu_source.py's per-instruction samples of 24 put long-scoreboard stalls on the proxy fence that hands V'^T to
 P4 (MEMBAR.ALL.CTA, then FENCE.VIEW.ASYNC.S) and on the barrier after it: the membar waits for the chunk's o stores
 issued just before. The probe build KDA_O_LATE=1 keeps o in registers and stores it behind the next chunk's P1 issue
-(results 24's bit for bit: the same words); KDA_O_BULK=1 writes it to a shared-memory tile beside V'^T and stores it by
+(results 24's bit for bit: the same words; KDA_O_LATE=2 never stores it: results meaningless, the bound on taking the
+stores off the chain); KDA_O_BULK=1 writes it to a shared-memory tile beside V'^T and stores it by
 bulk copies, whose completion no membar waits for (results the same). First, in worker processes, every build below is compiled into the lab's
 cache; then at B=2, H=16, K=V=128, fp32 inputs, for each T, in turn, --rounds times: 07 -> 24 (the call, 24 alone, 07
 alone), 07 -> 24 with KDA_O_LATE (the call, the recurrence), the same with P1's A from registers (KDA_P1_LDA=1) and with
@@ -35,6 +36,10 @@ FORMS = (("07+24", "kdreg", None, False, (((1, 2), "all"), ((2,), "recurrence"),
          ("24, KDA_O_LATE=1 and P1's A from registers (KDA_P1_LDA=1)", "kdreg", {**LATE, "KDA_P1_LDA": 1}, False, REC, True),
          ("24, KDA_O_LATE=1 and WG_E at half its tokens (KDA_E_SHARE=2)", "kdreg", {**LATE, "KDA_E_SHARE": 2}, False, REC),
          ("24, KDA_O_LATE=1, P1_LDA=1 and E_SHARE=2", "kdreg", {**LATE, "KDA_P1_LDA": 1, "KDA_E_SHARE": 2}, False, REC),
+         ("24, o never stored (KDA_O_LATE=2)", "kdreg", {"KDA_O_LATE": 2}, False, REC),
+         ("24, KDA_O_LATE=2, P1_LDA=1 and E_SHARE=2", "kdreg", {"KDA_O_LATE": 2, "KDA_P1_LDA": 1, "KDA_E_SHARE": 2}, False,
+          REC),
+         ("24, KDA_O_LATE=2, chain alone", "kdreg", {"KDA_O_LATE": 2, "KDA_PROBE": 5}, False, REC),
          ("24 chain alone (KDA_PROBE=5)", "kdreg", {"KDA_PROBE": 5}, False, REC),
          ("24, KDA_O_LATE=1, chain alone", "kdreg", {**LATE, "KDA_PROBE": 5}, False, REC),
          ("07+24, o stored by bulk copies (KDA_O_BULK=1)", "kdreg", BULK, False, (((1, 2), "all"), ((2,), "recurrence")),
@@ -43,7 +48,7 @@ FORMS = (("07+24", "kdreg", None, False, (((1, 2), "all"), ((2,), "recurrence"),
          ("24, KDA_O_BULK=1 and KDA_E_SHARE=2", "kdreg", {**BULK, "KDA_E_SHARE": 2}, False, REC),
          ("24, KDA_O_BULK=1, P1_LDA=1 and E_SHARE=2", "kdreg", {**BULK, "KDA_P1_LDA": 1, "KDA_E_SHARE": 2}, False, REC),
          ("24, KDA_O_BULK=1, chain alone", "kdreg", {**BULK, "KDA_PROBE": 5}, False, REC))
-STAMPED = ({}, LATE, BULK, {**BULK, "KDA_P1_LDA": 1})
+STAMPED = ({}, LATE, {"KDA_O_LATE": 2}, BULK, {**BULK, "KDA_P1_LDA": 1})
 
 
 def main() -> None:

@@ -151,7 +151,8 @@ static_assert(KDA_P4_CHAINS == 1 || KDA_P4_CHAINS == 2, "KDA_P4_CHAINS: 1 (as bu
 #define KDA_O_LATE 0   // probe build (19-24's main loop; results valid, the same words): chunk n's o stored behind chunk
 #endif                 // n + 1's P1 issue (1), not before V'^T's proxy fence (0, as built), whose membar waits for the
                        // thread's outstanding global stores (scripts/ncu_source.py: that fence's long-scoreboard stalls)
-static_assert(KDA_O_LATE == 0 || KDA_O_LATE == 1, "KDA_O_LATE: 0 (as built) or 1 (probe)");
+                       // 2: o never stored (results meaningless: the bound on taking o's stores off the chain)
+static_assert(KDA_O_LATE == 0 || KDA_O_LATE == 1 || KDA_O_LATE == 2, "KDA_O_LATE: 0 (as built), 1 or 2 (probes)");
 
 #ifndef KDA_O_BULK
 #define KDA_O_BULK 0   // probe build (19-24's main loop at fp32 inputs; results valid, the same words): each chunk's o
@@ -987,7 +988,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     auto o_flush = [&]() {
         if (t_ol < 0) return;
         const long long t = t_ol + i;
-        if (t < TT) {
+        if (t < TT && KDA_O_LATE != 2) {
 #pragma unroll
             for (int j = 0; j < NJ; ++j)
                 kda_st2<BF>(o + kda_bthd(b, t, h, v0 + 8 * j + 2 * t4, TT, H, V), ol[2 * j], ol[2 * j + 1]);
