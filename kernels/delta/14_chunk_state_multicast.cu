@@ -253,7 +253,10 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     if constexpr (CL > 1 || PAIR) cluster_sync();   // every block's barriers exist before any copy or remote arrival
     else __syncthreads();
 
-    if (SHR && warp >= 5) {
+    if (P4R && KDA_O_WARP && warp == 8) {
+        // ====================================================== probe KDA_O_WARP (24): the store warp
+        if constexpr (P4R) kda_o_warp<L>(cx, o);
+    } else if (SHR && warp >= 5) {
         // ====================================================== 26: the maker, a share of the head's chunks
         if constexpr (SHR) kda_share_maker<L, K, V, C, BV>(cx, smem_f, full_t, maps, ring, made, acks, epoch, T, H, scale, ht);
     } else if (warp >= 4) {

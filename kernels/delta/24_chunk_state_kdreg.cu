@@ -41,7 +41,7 @@
 #include "14_chunk_state_multicast.cu"
 
 template <int K, int V, int C, int BV, bool BF = false>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256 + 32 * KDA_O_WARP, 1)   // (probe KDA_O_WARP: a ninth warp stores o)
 kda_chunk_state_kdreg(KDA_TMA_STATE_PARAMS) {
     KDA_TMA_MAPS;
     kda_mc_body<K, V, C, BV, BF, 1, 2, true, 2, true, BF, false, true, 128, false, false, true>(

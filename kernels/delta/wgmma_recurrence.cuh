@@ -114,6 +114,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
                                                                          // a warp's float4s over 32 channels spread)
     static constexpr int OFF_MBAR = OFF_XK + XK_BYTES;          // NMBAR mbarriers (14: the staging tile's)
     static constexpr int BYTES = OFF_MBAR + 8 * NMBAR;
+    // probes KDA_O_BULK / KDA_O_WARP (24): o's tile past the layout, C rows of OT_LD words, in the room 24's launch leaves
+    static constexpr int OT_LD = BV + 8, OT_OFF = (BYTES + 127) / 128 * 128, OT_END = OT_OFF + C * OT_LD * 4;
     static constexpr int IMG_BYTES = KD_BYTES + KQ_BYTES + K * 4;   // 22: one chunk's image (ops_image.cuh)
     // 28: what the other block of the pair copies in a chunk: its channels' [Kg; Qg]^T rows (hi, lo), Kd^T rows, 2^G_L
     static constexpr int PAIR_BYTES = PAIR ? 3 * KE * 128 + KE * 4 : 0;
@@ -161,6 +163,12 @@ static_assert(KDA_O_LATE == 0 || KDA_O_LATE == 1 || KDA_O_LATE == 2, "KDA_O_LATE
                        // The tile (C rows of BV + 8 words) lies past the layout, in the room the launcher's mirror
                        // leaves (kernels.tile_smem_words; the kernel traps where there is none)
 static_assert(KDA_O_BULK == 0 || KDA_O_BULK == 1, "KDA_O_BULK: 0 (as built) or 1 (probe)");
+
+#ifndef KDA_O_WARP
+#define KDA_O_WARP 0   // probe build (24; results valid, the same words): each chunk's o written to a shared-memory tile
+#endif                 // beside V'^T and stored by a ninth warp (block of 288 threads), whose global stores no fence of
+                       // WG_C waits for (1); or stored by WG_C itself (0, as built). The tile lies where KDA_O_BULK's does
+static_assert(KDA_O_WARP == 0 || KDA_O_WARP == 1, "KDA_O_WARP: 0 (as built) or 1 (probe)");
 
 #ifndef KDA_P1_LDA
 #define KDA_P1_LDA 0   // probe build (19, 20, 22, 24; results valid): P1's A, [Kg; Qg], from registers, loaded by
@@ -239,7 +247,8 @@ static_assert(KDA_STAGE_RING == 0 || KDA_STAGE_RING == 1, "KDA_STAGE_RING: 0 (as
 // AHEAD (18): FULL / EMPTY + buffer hand over a buffer's Kbg / Qg only, FULL_KD / EMPTY_KD + buffer its Kd^T
 // and 2^G_L (two lives: WG_C builds chunk n + 1's P1 operands during chunk n, and reads chunk n's Kd^T
 // until P4 of chunk n completes early in chunk n + 1).
-struct KdaWgBars { static constexpr int CONS = 1, PROD = 2, FULL = 3, EMPTY = 5, EMPTY_KD = 7, FULL_KD = 10; };
+struct KdaWgBars { static constexpr int CONS = 1, PROD = 2, FULL = 3, EMPTY = 5, EMPTY_KD = 7, FULL_KD = 10, OFULL = 13,
+                   OEMPTY = 14; };   // OFULL / OEMPTY: probe KDA_O_WARP's o tile (WG_C and the store warp)
 
 // Byte offset, from a 1024-aligned tile, of element `e` (of `esz` bytes) of a row-major tile that a
 // tensor copy landed with a swizzle of SW bytes (0: none): the copy engine moves the 16-byte piece at
@@ -952,12 +961,12 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     // probe KDA_O_BULK: chunk n's o into a tile past the layout (rows of BV + 8 words: a warp's float2 stores of 8
     // tokens spread over the banks), stored by warp 0's bulk copies once V'^T's barrier has passed
     constexpr bool OBULK = KDA_O_BULK && MAIN && !BF && L::P4R;   // (24: its launch leaves the room)
-    constexpr int OB_LD = BV + 8, OB_OFF = (L::BYTES + 127) / 128 * 128;
-    if constexpr (OBULK) {
-        if (kda_dynamic_smem_size() < (unsigned)(OB_OFF + C * OB_LD * 4 + 1024)) __trap();
+    constexpr bool OWARP = KDA_O_WARP && MAIN && L::P4R && !OBULK;   // probe KDA_O_WARP: the store warp takes the tile
+    if constexpr (OBULK || OWARP) {
+        if (kda_dynamic_smem_size() < (unsigned)(L::OT_END + 1024)) __trap();
     }
     auto o_tile = [&](const float (&ob)[BV / 4], const float (&p2)[BV / 2], float (&vp)[BV / 4]) {
-        float* ot = reinterpret_cast<float*>(sm + OB_OFF) + i * OB_LD;
+        float* ot = reinterpret_cast<float*>(sm + L::OT_OFF) + i * L::OT_LD;
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
             *reinterpret_cast<float2*>(ot + 8 * j + 2 * t4) = make_float2(ob[2 * j] + p2[4 * j + 2], ob[2 * j + 1] + p2[4 * j + 3]);
@@ -968,7 +977,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     auto o_bulk = [&](long long t0) {   // warp 0, after the barrier that follows the tile's writes and proxy fence
         if (warp != 0) return;
         const long long t = t0 + lane;
-        if (t < TT) bulk_store(o + kda_bthd(b, t, h, v0, TT, H, V), base + OB_OFF + lane * OB_LD * 4, BV * 4);
+        if (t < TT) bulk_store(o + kda_bthd(b, t, h, v0, TT, H, V), base + L::OT_OFF + lane * L::OT_LD * 4, BV * 4);
         bulk_store_commit();
     };
     // probe KDA_O_LATE: chunk n's o (rows g8 + 8: Ob + A2 X) kept here, stored behind chunk n + 1's P1 issue
@@ -1301,7 +1310,11 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         KDA_STAMP(3);
         // o = Ob + A2 X (rows g8 + 8); V' (rows g8) to V'^T
         float vp[BV / 4];
-        if constexpr (OBULK) o_tile(ob, p2, vp);
+        if constexpr (OWARP) {   // probe: the store warp has read the chunk before's tile; this chunk's o to it
+            if (n > 0) named_bar_sync(KdaWgBars::OEMPTY, 160);
+            o_tile(ob, p2, vp);
+            named_bar_arrive(KdaWgBars::OFULL, 160);
+        } else if constexpr (OBULK) o_tile(ob, p2, vp);
         else if constexpr (OLATE) o_keep(t0, ob, p2, vp);
         else o_vp(t0, ob, p2, vp);
         write_tok_t(svp_a, vp);
@@ -1347,6 +1360,30 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
                 *reinterpret_cast<float2*>(ht + (bh * K + r0 + 8) * V + col) =
                     make_float2(sacc[mt][4 * j + 2], sacc[mt][4 * j + 3]);
             }
+    }
+}
+
+// Probe KDA_O_WARP (24): the store warp. Each chunk, once WG_C has written o to the tile (OFULL), lane r reads token r's
+// row and stores it to o, then hands the tile back (OEMPTY; not after the last chunk, whose tile WG_C does not refill).
+template <class L>
+static __device__ void kda_o_warp(const KdaWgCtx<L>& cx, typename KdaIn<L::BF>::T* __restrict__ o) {
+    const int lane = cx.lane;
+    const float* row = reinterpret_cast<const float*>(cx.sm + L::OT_OFF) + lane * L::OT_LD;
+    for (int n = 0; n < cx.NC; ++n) {
+        named_bar_sync(KdaWgBars::OFULL, 160);
+        float x[L::BV];
+#pragma unroll
+        for (int c = 0; c < L::BV; c += 4) {
+            const float4 f = *reinterpret_cast<const float4*>(row + c);
+            x[c] = f.x; x[c + 1] = f.y; x[c + 2] = f.z; x[c + 3] = f.w;
+        }
+        if (n + 1 < cx.NC) named_bar_arrive(KdaWgBars::OEMPTY, 160);
+        const long long t = (long long)n * L::C + lane;
+        if (t < cx.TT) {
+#pragma unroll
+            for (int c = 0; c < L::BV; c += 2)
+                kda_st2<L::BF>(o + kda_bthd(cx.b, t, cx.h, cx.v0 + c, cx.TT, cx.H, L::V), x[c], x[c + 1]);
+        }
     }
 }
 

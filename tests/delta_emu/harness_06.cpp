@@ -284,8 +284,10 @@ int main(int argc, char** argv) {
     {
         using LR = KdaWgLayout<K, V, C, BV, false, 4, 1, true, 2, true, false, false, true, 128, false, false, true>;
         const TmaMap mg = tmap(g.data(), 4), mk = tmap(k.data(), 4), mq = tmap(q.data(), 4), mv = vmap(v.data(), 4);
-        // (probe KDA_O_BULK: o's tile past the layout, in room the launcher leaves; here 8 KB more)
-        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LR::NTH, (size_t)LR::SMEM_BYTES + (KDA_O_BULK ? 8192 : 0), [&] {
+        // (probes KDA_O_BULK, KDA_O_WARP: o's tile past the layout, in room the launcher leaves, here 8 KB more;
+        // KDA_O_WARP: its store warp, a ninth)
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LR::NTH + 32 * KDA_O_WARP,
+                    (size_t)LR::SMEM_BYTES + (KDA_O_BULK || KDA_O_WARP ? 8192 : 0), [&] {
             kda_chunk_state_kdreg<K, V, C, BV>(q.data(), k.data(), v.data(), g.data(), beta.data(), ta2.data(),
                                                has_h0 ? h0.data() : nullptr, o9.data(), ht10.data(), T, H, scale,
                                                mg, mk, mq, mv, tamap(ta2.data()));
@@ -584,7 +586,8 @@ int main(int argc, char** argv) {
     {
         using LRB = KdaWgLayout<K, V, C, BV, true, 4, 1, true, 2, true, true, false, true, 128, false, false, true>;
         const TmaMap mg = tmap(gb.data(), 2), mk = tmap(kb.data(), 2), mq = tmap(qb.data(), 2), mv = vmap(vb.data(), 2);
-        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LRB::NTH, (size_t)LRB::SMEM_BYTES, [&] {
+        emu_launch3(dim3{V / BV, (unsigned)H, (unsigned)B}, LRB::NTH + 32 * KDA_O_WARP,
+                    (size_t)LRB::SMEM_BYTES + (KDA_O_WARP ? 8192 : 0), [&] {   // (probe KDA_O_WARP, as above)
             kda_chunk_state_kdreg<K, V, C, BV, true>(qb.data(), kb.data(), vb.data(), gb.data(), bb.data(), tab2.data(),
                                                      has_h0 ? h0.data() : nullptr, ob.data(), ht11.data(), T, H, scale,
                                                      mg, mk, mq, mv, tamap(tab2.data()));

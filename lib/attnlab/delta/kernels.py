@@ -922,6 +922,7 @@ class TcPlan:
     side_stream: Any = field(repr=False, default=None)
     prep_alias: bool | None = None   # 07's (21's) late arrays in the operands' space (None: as built, prep_alias)
     state_ring: bool = False         # 23's probe build with two staging tiles (stage_ring)
+    extra_threads: int = 0           # 24's probe build KDA_O_WARP: its store warp, a ninth
 
     @property
     def state_kernel(self) -> str:
@@ -943,7 +944,7 @@ class TcPlan:
                                   smem=4 * fused_smem_words(K, V, self.bv))}
         _, _, threads, words = STATE_IMPLS[self.impl]
         threads = threads(self.bv) if callable(threads) else threads
-        state = dict(grid=(V // self.bv, H, B), block=(threads, 1, 1),
+        state = dict(grid=(V // self.bv, H, B), block=(threads + self.extra_threads, 1, 1),
                      smem=state_smem_bytes(self.impl, K, V, self.bv, self.io, self.state_ring))
         return {"prep": dict(grid=(B * H, NC, 1) if self.impl in PRE_IMPLS + SIDE_IMPLS else (NC, H, B), block=(FUSED_THREADS, 1, 1),
                              smem=4 * prep_smem_words(K, alias=prep_alias(self.io == "bf16", None, ops=self.impl in PRE_IMPLS)
@@ -1271,7 +1272,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         else:   # 16: 07's words in boxes of C rows (one of T hi, T lo, A2 hi, A2 lo each), the 64-byte swizzle
             maps += (tensor_map_rows(data_ptr(ws["TA"]), "float32", 1, ta_rows, 1, C // 2, C, swizzle=64),)
     plan = TcPlan(arrays, dims, _scale(K, scale), int(bv), impl, ws, o, fs, kernels, io=io, state_maps=maps,
-                  prep_alias=alias, state_ring=ring)
+                  prep_alias=alias, state_ring=ring,
+                  extra_threads=32 if impl == "kdreg" and int((defines or {}).get("KDA_O_WARP", 0)) else 0)
     if impl in PRE_IMPLS or impl in SIDE_IMPLS:   # side by side only where 22's (27's) grid leaves an SM free
         sms = cp.cuda.runtime.getDeviceProperties(device.id)["multiProcessorCount"]
         plan.overlap = side_by_side_safe(B, H, V, int(bv), sms)
