@@ -33,8 +33,10 @@
 // probe_delta_olate.py, not recorded): not on its wgmmas' shared accumulators (KDA_P1/P2/P4_CHAINS, each product's lo
 // terms in accumulators of their own: no faster; kernels/bench/04_wgmma_rate.cu issues a wgmma that sums onto the one
 // before as fast as an independent one), but partly on its own o stores: V'^T's proxy fence is a membar that waits for
-// them (scripts/ncu_source.py's samples); stored behind the next chunk's P1 instead (KDA_O_LATE) the recurrence is a
-// little faster, stored from a shared-memory tile by bulk copies (KDA_O_BULK) much slower.
+// them (scripts/ncu_source.py's samples). Stored behind the next chunk's P1 instead (KDA_O_LATE=1), the recurrence is a
+// little faster; never stored (KDA_O_LATE=2, results meaningless: the bound), faster still. Taken off
+// the chain through a shared-memory tile, stored by bulk copies (KDA_O_BULK) or by a ninth warp (KDA_O_WARP), o made
+// the recurrence slower, not faster.
 //
 // Launch: 19's (grid (V / BV, H, B), 256 threads, the tensor maps of g, k, q, v and 07's output; shared memory
 // kernels.tile_smem_words). Requires sm_90a.
