@@ -234,7 +234,8 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     fp32 inputs in its earlier layout (the late arrays in their own space), KDA_KD_EARLY has 24 hand its operand buffer
     back before P4, KDA_STAGE_RING gives 23's element-wise warpgroup two staging tiles and KDA_O_LATE stores each chunk's o
     behind the next chunk's P1 issue (the last chunk's after the loop), KDA_O_BULK has 24 store it from a
-    shared-memory tile by bulk copies, KDA_O_WARP by a ninth warp from that tile (24 on fp32 and bf16 inputs); KDA_PREP_LEAN (a build of
+    shared-memory tile by bulk copies, KDA_O_WARP by a ninth warp from that tile (24 on fp32 and bf16 inputs), and KDA_RS_VPIN=1 copies 16's next v and
+    beta after P4's issue; KDA_PREP_LEAN (a build of
     its own, 07 in its recorded layout) steps one offset a row for 07's and 21's loads and has 07 store Aqk during the
     inverse, its zero blocks written by the copy out: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22,
     fp32 and bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
@@ -245,7 +246,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     outs = {}
     for name, defines in (("recorded", ()), ("probe", ("-DKDA_P1_LDA=1", "-DKDA_P4_LDA=1", "-DKDA_PREP_ALIAS=0",
                                                        "-DKDA_KD_EARLY=1", "-DKDA_STAGE_RING=1", "-DKDA_O_LATE=1",
-                                                       "-DKDA_O_BULK=1")),
+                                                       "-DKDA_O_BULK=1", "-DKDA_RS_VPIN=1")),
                           ("store warp", ("-DKDA_O_WARP=1",)),
                           ("lean", ("-DKDA_PREP_LEAN=1",))):   # 07 in its aliased layout (ALIAS=0 above is not)
         d = tmp_path / name
