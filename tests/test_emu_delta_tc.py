@@ -232,10 +232,10 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     """KDA_P1_LDA and KDA_P4_LDA (scripts/probe_delta_lda.py) load P1's and P4's A operands from their shared-memory
     tiles into registers by ldmatrix and issue the same products in the same order, KDA_PREP_ALIAS=0 runs 07 on
     fp32 inputs in its earlier layout (the late arrays in their own space), KDA_KD_EARLY has 24 hand its operand buffer
-    back before P4, KDA_STAGE_RING gives 23's element-wise warpgroup two staging tiles and KDA_O_LATE stores each chunk's o
-    behind the next chunk's P1 issue (the last chunk's after the loop), KDA_O_BULK has 24 store it from a
-    shared-memory tile by bulk copies, KDA_O_WARP by a ninth warp from that tile (24 on fp32 and bf16 inputs), and KDA_RS_VPIN=1 copies 16's next v and
-    beta after P4's issue; KDA_PREP_LEAN (a build of
+    back before P4, KDA_STAGE_RING gives 23's element-wise warpgroup two staging tiles, KDA_O_LATE stores each chunk's o
+    behind the next chunk's P1 issue (the last chunk's after the loop), KDA_O_BULK has 24 store it from a shared-memory
+    tile by bulk copies (in place of KDA_O_LATE there), KDA_O_WARP by a ninth warp from that tile (24 on fp32 and bf16
+    inputs, a build of its own) and KDA_RS_VPIN=1 copies 16's next v and beta after P4's issue; KDA_PREP_LEAN (a build of
     its own, 07 in its recorded layout) steps one offset a row for 07's and 21's loads and has 07 store Aqk during the
     inverse, its zero blocks written by the copy out: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22,
     fp32 and bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks

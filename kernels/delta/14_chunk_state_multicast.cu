@@ -215,6 +215,8 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                             (KDA_PROBE == 0 || KDA_PROBE == 3 || KDA_PROBE == 5)),
                   "28: 24's tensor-copy form in pairs (its own cluster of two, not 14's), the probes 3 and 5 only");
     static_assert(!SHR || (TMA && CL == 1 && SMA && DIET && KDA_PROBE == 0), "26: 22's tensor-copy form");
+    static_assert(!KDA_O_WARP || !P4R || (!PAIR && BV != 64),
+                  "KDA_O_WARP: a probe of 24 only (its launcher adds the ninth warp; 27's and 28's do not)");
     static_assert(!WY || (TMA && CL == 1 && NST == 1 && KDA_PROBE != 4), "25: 24's tensor-copy form, one staging tile");
     static_assert(NST < 2 || (TMA && CL == 1 && KDA_PROBE != 4), "the staging ring: tensor copies, no cluster, copies on");
     static_assert(!PRE || (KDA_PROBE == 0 || KDA_PROBE == 3), "22 has no element-wise warpgroup to probe");

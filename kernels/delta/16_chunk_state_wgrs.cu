@@ -33,8 +33,11 @@
 #include "wgmma_recurrence.cuh"
 
 #ifndef KDA_RS_VPIN
-#define KDA_RS_VPIN 0
-#endif
+#define KDA_RS_VPIN 0   // probe builds of WG_C's v and beta loads (scripts/ncu_source.py put 16's largest stall on a copy
+#endif                  // of them before P2, waiting for the loads issued during P1): 1, the copies pinned after P4's
+                        // issue (results 16's; no faster); 2, no loads after chunk 0 (results meaningless; far faster:
+                        // the chain waits on the loads themselves, a cost a copy through shared memory would not have)
+static_assert(KDA_RS_VPIN >= 0 && KDA_RS_VPIN <= 2, "KDA_RS_VPIN: 0 (as built), 1 or 2 (probes)");
 
 template <int K_, int V_, int C_, bool BF_>
 struct KdaRsLayout {
@@ -305,9 +308,9 @@ kda_chunk_state_wgrs(const typename KdaIn<BF>::T* __restrict__ q, const typename
                 if (t < TT) kda_st1<BF>(o + kda_bthd(b, t, h, v0 + 16 * warp + g8 + 8 * (r / 2), TT, H, V),
                                         p1[16 + 4 * j + r] + p2[16 + 4 * j + r]);
             }
-#if KDA_RS_VPIN == 1   // probe build (results 16's): the next chunk's v and beta become this chunk's here, after P4's issue
-        fence_regs(vn);   // (nothing earlier may wait for their loads: ptxas otherwise moves the copies up to P2, where
-        fence_regs(bn);   // the loads issued during P1 are still in flight; scripts/ncu_source.py found that stall)
+#if KDA_RS_VPIN == 1   // probe: the next chunk's v and beta become this chunk's here, after P4's issue, not earlier
+        fence_regs(vn);
+        fence_regs(bn);
 #endif
 #pragma unroll
         for (int x = 0; x < 16; ++x) vc[x] = vn[x];

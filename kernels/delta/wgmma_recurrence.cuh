@@ -157,7 +157,7 @@ static_assert(KDA_P4_CHAINS == 1 || KDA_P4_CHAINS == 2, "KDA_P4_CHAINS: 1 (as bu
 static_assert(KDA_O_LATE == 0 || KDA_O_LATE == 1 || KDA_O_LATE == 2, "KDA_O_LATE: 0 (as built), 1 or 2 (probes)");
 
 #ifndef KDA_O_BULK
-#define KDA_O_BULK 0   // probe build (19-24's main loop at fp32 inputs; results valid, the same words): each chunk's o
+#define KDA_O_BULK 0   // probe build (24's loop at fp32 inputs; results valid, the same words): each chunk's o
 #endif                 // written to a shared-memory tile beside V'^T and stored by bulk copies (warp 0, a token row a
                        // lane), whose completion no proxy fence's membar waits for (1); or by st.global (0, as built).
                        // The tile (C rows of BV + 8 words) lies past the layout, in the room the launcher's mirror
