@@ -774,10 +774,10 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     // (the chain probes take the main loop only: not 18's, 25's or KDA_NO_P2's, which stay as built)
     constexpr bool MAIN = !L::WY && !L::AHEAD && !(KDA_NO_P2 && L::SMA && !L::HILO && L::NKD == 2);
     constexpr bool P1C = KDA_P1_CHAINS == 3 && !L::ONE && KDA_P1_TERMS == 3 && MAIN;
-    float p1c[P1C ? 2 : 1][BV / 2];
+    float p1c[2][BV / 2];   // (unused as built: the compiler drops them)
     auto issue_p1 = [&](float (&p1)[BV / 2], int n) {
         float (&pl)[BV / 2] = p1c[0];
-        float (&ph)[BV / 2] = p1c[P1C ? 1 : 0];
+        float (&ph)[BV / 2] = p1c[1];
 #pragma unroll
         for (int s = 0; s < KS; ++s) {
             const unsigned off = (s / 4) * (BV * 128) + 32 * (s % 4);
@@ -811,14 +811,14 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
             }
         }
     };
-    // P1's sums once complete (probe KDA_P1_CHAINS=3: its lo terms' accumulators added to the hi x hi one)
-    auto p1_done = [&](float (&p1)[BV / 2]) {
-        fence_regs(p1);
-        if constexpr (P1C) {
-            fence_regs(p1c[0]);
-            fence_regs(p1c[1]);
+    // a product's sums once complete (the chain probes: its two lo terms' accumulators added to the hi x hi one)
+    auto sums_done = [](float (&acc)[BV / 2], float (&lo)[2][BV / 2], bool split) {   // split: a compile-time constant
+        fence_regs(acc);
+        if (split) {
+            fence_regs(lo[0]);
+            fence_regs(lo[1]);
 #pragma unroll
-            for (int x = 0; x < BV / 2; ++x) p1[x] += p1c[0][x] + p1c[1][x];
+            for (int x = 0; x < BV / 2; ++x) acc[x] += lo[0][x] + lo[1][x];
         }
     };
     // 24 (P4R; probe KDA_P4_LDA in the other forms): P4's A fragments, Kd^T of chunk m ([tile][k step][lo / hi]; ONE:
@@ -918,7 +918,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
     // (probe KDA_NO_P2: B from the V'^T tile, bt)
     // (probe KDA_P2_CHAINS=3, the main loop's P2 (chain = true): the two lo terms into p2c[0], p2c[1]; p2_done adds them)
     constexpr bool P2C = KDA_P2_CHAINS == 3 && MAIN;
-    float p2c[P2C ? 2 : 1][BV / 2];
+    float p2c[2][BV / 2];
     auto issue_p2 = [&](float (&p2)[BV / 2], const unsigned (&ta)[2][2][4], bool onto = false, unsigned bt = 0,
                         bool chain = false) {
         if (!bt) bt = sx_a;   // onto: p2 += ...
@@ -926,22 +926,13 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         for (int s = 0; s < 2; ++s) {
             if (P2C && chain) {
                 wgmma_rs_kb<BV, true>(p2c[0], ta[1][s], desc(bt + 32 * s), s > 0);
-                wgmma_rs_kb<BV, true>(p2c[P2C ? 1 : 0], ta[0][s], desc(bt + 64 + 32 * s), s > 0);
+                wgmma_rs_kb<BV, true>(p2c[1], ta[0][s], desc(bt + 64 + 32 * s), s > 0);
                 wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 32 * s), onto || s > 0);
                 continue;
             }
             wgmma_rs_kb<BV, true>(p2, ta[1][s], desc(bt + 32 * s), onto || s > 0);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 64 + 32 * s), 1);
             wgmma_rs_kb<BV, true>(p2, ta[0][s], desc(bt + 32 * s), 1);
-        }
-    };
-    auto p2_done = [&](float (&p2)[BV / 2]) {
-        fence_regs(p2);
-        if constexpr (P2C) {
-            fence_regs(p2c[0]);
-            fence_regs(p2c[1]);
-#pragma unroll
-            for (int x = 0; x < BV / 2; ++x) p2[x] += p2c[0][x] + p2c[1][x];
         }
     };
     // o = Ob + A2 X (rows g8 + 8) stored; V' (rows g8) returned for V'^T. with_ob = false: P2 started from Ob
@@ -1255,7 +1246,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         load_ta(n, ta);
         if constexpr (NO_P2) load_kd(n);   // probe: P4 follows P1 directly
         wgmma_wait<0>();
-        p1_done(p1);
+        sums_done(p1, p1c, P1C);
         KDA_STAMP(1);
         // X = beta v - Kbg S (rows g8: token i), Ob = Qg S (rows g8 + 8)
         float x[BV / 4], ob[BV / 4];
@@ -1303,7 +1294,7 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         wgmma_commit();
         load_kd(n);   // 24 (or probe KDA_P4_LDA): P4's A fragments while P2 runs (P4 of chunk n - 1 has read the last ones)
         wgmma_wait<0>();
-        p2_done(p2);
+        sums_done(p2, p2c, P2C);
         // probe KDA_KD_EARLY (24): nothing of WG_C reads buffer n & 1 after load_kd (WG_E writes it with generic stores:
         // the barrier orders this warpgroup's ldmatrix reads before them)
         if (KD_EARLY && n + 2 < NC) named_bar_arrive(BAR_EMPTY + (n & 1), L::NTH);
