@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""GPU probe: 07 (the pair products and the inverse) in its probe build KDA_PREP_LEAN against the recorded build.
+"""GPU probe: 07 (the pair products and the inverse) in its probe builds against the recorded build.
 
-    PYTHONPATH=lib python scripts/probe_delta_prep.py [--T 4096 16384] [--rounds 2] [--out DIR]
+    PYTHONPATH=lib python scripts/probe_delta_prep.py [--T 4096 16384] [--rounds 2] [--out DIR] [--io fp32 bf16]
+        [--form KDA_PREP_INV=1 --form KDA_PREP_INV=1,KDA_PREP_L2=264 ...]
 
 Nsight Compute's per-instruction view of 07 (scripts/ncu_source.py delta:kdreg:4096:prep, not recorded) put about a
 quarter of its issued instructions before its first barrier, most of them 64-bit address arithmetic and the
@@ -11,6 +12,9 @@ row and are zeroed) and writes the zero blocks as zeros in the copy out; on 07 w
 T) it also has warps 1-7 store Aqk's words while warp 0 inverts. Same arithmetic: its outputs are the recorded build's
 bit for bit on the CPU model (tests/test_emu_delta_tc.py); on the GPU ptxas may fuse a product and a sum differently in
 the two builds, so o and the final state of 07 -> 24 are compared here and reported equal or not.
+The same holds for the probe builds that --form names (default: KDA_PREP_LEAN=1): KDA_PREP_INV puts the inverse on
+every warp (the rest of that barrier's stall samples), KDA_PREP_L2=D has each block ask L2 for the rows of the block D
+places later (07's load stalls); 07_chunk_prep_tc.cu says what each does.
 
 At B=2, H=16, K=V=128, fp32 and bf16 inputs, each T: 07 alone and 07 -> 24, recorded and probe builds in turn,
 --rounds times (drift shows as a difference between rounds). Writes probe_prep.csv to --out (default $OUT or /tmp)
@@ -31,8 +35,16 @@ from attnlab.delta import fast
 from attnlab.delta import kernels as dk
 from attnlab.delta.bench import _timed, device_inputs
 
-#: (form, 07's defines)
+#: (form, 07's defines): the recorded build first, then the probe builds (--form replaces the default's)
 FORMS = (("recorded", None), ("KDA_PREP_LEAN=1", {"KDA_PREP_LEAN": 1}))
+
+
+def parse_form(text: str) -> tuple[str, dict[str, int]]:
+    """'KDA_PREP_INV=1,KDA_PREP_L2=264' -> (the text, its defines)."""
+    try:
+        return text, {kv.split("=")[0]: int(kv.split("=")[1]) for kv in text.split(",")}
+    except (IndexError, ValueError):
+        raise SystemExit(f"--form {text!r}: expected NAME=N[,NAME=N ...]") from None
 
 
 def main() -> None:
@@ -41,17 +53,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--budget", type=float, default=0.3, help="seconds of timing per entry")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--form", action="append", default=[],
+                    help="a probe build's defines, NAME=N[,NAME=N ...] (repeatable; default: KDA_PREP_LEAN=1)")
+    ap.add_argument("--io", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     a = ap.parse_args()
+    forms = ((FORMS[0], *map(parse_form, a.form)) if a.form else FORMS)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     B, H, K, V = 2, 16, 128, 128
     rows = []
     for T in a.T:
         _, d = device_inputs(B, T, H, K, V, seed=T, init=True)
-        for io in ("fp32", "bf16"):
+        for io in a.io:
             x = fast.bf16_inputs(d) if io == "bf16" else {n: d[n] for n in ("q", "k", "v", "g", "beta")}
             host = (lambda y: y.float().cpu().numpy()) if io == "bf16" else (lambda y: y.get())
             plans, ref = {}, None
-            for form, pd_ in FORMS:
+            for form, pd_ in forms:
                 p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl="kdreg",
                                   prep_defines=pd_)
                 p.poison()
@@ -72,7 +88,8 @@ def main() -> None:
         del d
     df = pd.DataFrame(rows)
     piv = df.pivot_table(index=["T", "io", "stage", "round"], columns="form", values="median_ms", sort=False)
-    piv["ratio"] = piv["recorded"] / piv["KDA_PREP_LEAN=1"]
+    for form, _ in forms[1:]:
+        piv[f"recorded / {form}"] = piv["recorded"] / piv[form]
     print(piv.to_string())
 
 

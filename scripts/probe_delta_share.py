@@ -44,8 +44,9 @@ def run_forms(forms, csv_name: str, description: str, before=None) -> None:
     same run; write the rows, with the run's provenance, to --out/``csv_name`` after each T (a temporary file, then a
     rename). A form marked side by
     side runs so where its launcher allows it (``plan.overlap``); the others one kernel after the other. A form's results
-    are compared with 24's where its defines are None or its sixth item says they are valid. ``before(args)``, if given,
-    runs once the arguments are parsed (a probe's own measurements)."""
+    are compared with 24's where its defines are None or its sixth item says they are valid; a seventh item, where given,
+    is 07's defines (``prepare_tc``'s prep_defines). ``before(args)``, if given, runs once the arguments are parsed (a
+    probe's own measurements)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--T", type=int, nargs="+", default=[4096, 16384])
     ap.add_argument("--rounds", type=int, default=2)
@@ -65,7 +66,8 @@ def run_forms(forms, csv_name: str, description: str, before=None) -> None:
         x = {n: d[n] for n in ("q", "k", "v", "g", "beta")}
         plans, ref = {}, None
         for label, impl, defines, side, stages, *valid in forms:
-            p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, defines=defines)
+            p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=impl, defines=defines,
+                              prep_defines=valid[1] if len(valid) > 1 else None)
             p.overlap = p.overlap and side
             p.poison()
             o, s = (y.get() for y in p.run())

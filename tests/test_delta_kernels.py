@@ -245,7 +245,7 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
     elif function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                       "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile", "kda_chunk_state_wide",
                       "kda_chunk_state_pre", "kda_chunk_state_kdreg", "kda_chunk_state_wy", "kda_chunk_state_share",
-                      "kda_chunk_state_side", "kda_chunk_state_pair"):
+                      "kda_chunk_state_side", "kda_chunk_state_pair", "kda_chunk_state_late"):
         # the products as warpgroup MMAs (A from registers and from shared memory), transposed tiles
         # out by stmatrix, and every generic-proxy tile fenced for the async proxy
         assert "wgmma.mma_async.sync.aligned.m64n" in r.ptx and "wgmma.wait_group.sync.aligned" in r.ptx
@@ -257,6 +257,10 @@ def test_delta_kernels_build_without_spills(K, inst, arch):
             (r19,) = static_build(dk.TILE_SRC, "kda_chunk_state_tile", [args], dk.static_arch(function, arch))
             ldm = lambda ptx: ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16")  # noqa: E731
             assert ldm(r.ptx) > ldm(r19.ptx), f"{r.name}: P4's Kd^T fragments are not loaded by ldmatrix.x4"
+        if function == "kda_chunk_state_late":   # 30: 24's products and fragment loads, count for count (o stored later)
+            (r24,) = static_build(dk.KDREG_SRC, "kda_chunk_state_kdreg", [args], dk.static_arch(function, arch))
+            for ins in ("wgmma.mma_async.sync.aligned.m64n", "ldmatrix.sync.aligned.m8n8.x4.shared.b16"):
+                assert r.ptx.count(ins) == r24.ptx.count(ins), f"{r.name}: {ins} {r.ptx.count(ins)}, 24 {r24.ptx.count(ins)}"
         if function == "kda_chunk_state_wy":   # 25: 24's products and U's six (two k steps, three terms) in P1;
             (r24,) = static_build(dk.KDREG_SRC, "kda_chunk_state_kdreg", [args + (False,)], dk.static_arch(function, arch))
             wg = lambda ptx: ptx.count("wgmma.mma_async.sync.aligned.m64n")  # noqa: E731
@@ -419,7 +423,7 @@ def test_bf16_io_validation_runs_without_a_gpu():
     x = _inputs()
     t = {n: torch.from_numpy(np.ascontiguousarray(x[n])).to(torch.bfloat16) for n in ("q", "k", "v", "g", "beta")}
     h0 = torch.zeros(x["q"].shape[0], x["q"].shape[2], x["q"].shape[3], x["v"].shape[3])
-    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile', 'wide', 'pre', 'kdreg' only.*impl='ws'.*pass impl='lean'"):
+    with pytest.raises(ValueError, match=r"bf16 inputs run on impl 'lean', 'regs', 'regs2', 'wgmma', 'wgmma2', 'bulk', 'bulk2', 'multicast', 'multicast2', 'tma', 'tma2', 'tma3', 'diet', 'wgrs', 'single', 'ahead', 'tile', 'wide', 'pre', 'kdreg', 'late' only.*or 29 -> 30\).*impl='ws'.*pass impl='lean'"):
         dk.prepare_tc(**t, impl="ws")
     # 13 with two staging tiles is a bf16-I/O path only: fp32 inputs get one line, before the device
     with pytest.raises(ValueError, match=r"impl='wgmma2' \(13 with two staging tiles\) runs on bf16 inputs only.*227 KB"):
@@ -812,8 +816,8 @@ def test_tc_impls_follow_the_registry_minimum_compute_capability():
 
     assert fast.tc_impls(90) == fast.TC_IMPLS
     on_a100 = fast.tc_impls(80)
-    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide", "hilo", "kdreg", "wy"}   # 11, 13-16, 19, 20, 23-25:
-    # clusters, wgmma, bulk and tensor copies
+    sm90 = {"cluster", "wgmma", "bulk", "tma", "tma2", "diet", "wgrs", "tile", "wide", "hilo", "kdreg", "wy",
+            "late"}   # 11, 13-16, 19, 20, 23-25, 30: clusters, wgmma, bulk and tensor copies
     # (17, "single", and 18, "ahead", are bf16-I/O paths only)
     assert not sm90 & {x[1] for x in on_a100} and len(on_a100) == len(fast.TC_IMPLS) - len(sm90)
     assert fast.tc_impls(75) == ()

@@ -237,7 +237,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     tile by bulk copies (in place of KDA_O_LATE there), KDA_O_WARP by a ninth warp from that tile (24 on fp32 and bf16
     inputs, a build of its own) and KDA_RS_VPIN=1 copies 16's next v and beta after P4's issue; KDA_PREP_LEAN (a build of
     its own, 07 in its recorded layout) steps one offset a row for 07's and 21's loads and has 07 store Aqk during the
-    inverse, its zero blocks written by the copy out: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22,
+    inverse, its zero blocks written by the copy out, and with KDA_PREP_INV the inverse on every warp: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22,
     fp32 and bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
     and a tail with an initial state, so that P1 multiplies a nonzero state and P4's update is read back (a
     fragment from the wrong rows, channels or hi / lo half is 1e-3 or more away)."""
@@ -248,7 +248,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
                                                        "-DKDA_KD_EARLY=1", "-DKDA_STAGE_RING=1", "-DKDA_O_LATE=1",
                                                        "-DKDA_O_BULK=1", "-DKDA_RS_VPIN=1")),
                           ("store warp", ("-DKDA_O_WARP=1",)),
-                          ("lean", ("-DKDA_PREP_LEAN=1",))):   # 07 in its aliased layout (ALIAS=0 above is not)
+                          ("lean", ("-DKDA_PREP_LEAN=1", "-DKDA_PREP_INV=1"))):   # 07 aliased (ALIAS=0 above is not)
         d = tmp_path / name
         d.mkdir()
         for n in ("q", "k", "v", "g", "beta"):
@@ -490,9 +490,10 @@ def test_e_share_probe_builds_run_and_take_effect(fake_cupy):
                          ids=["K128-T70-h0", "K64-T33-bv16", "K128-T1-h0"])
 def test_global_load_build_reproduces_24(fake_cupy, K, bv, T, init):
     """24's builds KDA_E_LDG=1 and 2 (fast.E_LDG_PROBE, E_LDG_NA_PROBE: WG_E reads q, k, g from global memory, no
-    staging tile, each chunk prefetched into L2 a chunk ahead; 2 with loads that allocate no L1 line) load the same
-    values and do the same arithmetic: o and the final state are 24's bit for bit (outputs poisoned, chunk tails, one
-    token, an initial state), and 24's are held to float64."""
+    staging tile, each chunk prefetched into L2 a chunk ahead; 2 with loads that allocate no L1 line) and the probe
+    build KDA_E_LDG=3 (scripts/probe_delta_ldg.py: 1's loads a chunk ahead, into the registers that WG_E's arithmetic
+    has finished with) load the same values and do the same arithmetic: o and the final state are 24's bit for bit
+    (outputs poisoned, chunk tails, one token, an initial state), and 24's are held to float64."""
     from attnlab.delta import fast
     from attnlab.delta import kernels as dk
 
@@ -502,12 +503,40 @@ def test_global_load_build_reproduces_24(fake_cupy, K, bv, T, init):
     ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
     o24, s24 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv).run())
     assert rel(o24, ref_o) < TOL and rel(s24, ref_s) < TOL
-    for mode, label in ((1, fast.E_LDG_PROBE), (2, fast.E_LDG_NA_PROBE)):
+    for mode, label in ((1, fast.E_LDG_PROBE), (2, fast.E_LDG_NA_PROBE), (3, None)):   # 3: the script's probe
         plan = dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv, defines={"KDA_E_LDG": mode})
         plan.poison()
         o, s = (a.get() for a in plan.run())
         assert np.array_equal(o, o24) and np.array_equal(s, s24), f"KDA_E_LDG={mode} must reproduce 24 bit for bit"
-        assert (label, "kdreg", {"KDA_E_LDG": mode}) in fast.PROBE_BUILDS
+        assert label is None or (label, "kdreg", {"KDA_E_LDG": mode}) in fast.PROBE_BUILDS
+
+
+@pytest.mark.parametrize("K, bv, T, H, gate, init", [(128, 32, 70, 3, "mixed", True), (64, 16, 33, 1, "strong", False),
+                                                     (128, 16, 1, 1, "logsigmoid", True), (64, 32, 64, 2, "const", True)],
+                         ids=["K128-T70-h0-H3", "K64-T33-bv16-strong", "K128-T1-h0", "K64-T64-const-h0"])
+def test_late_steps_reproduce_07_and_24(fake_cupy, K, bv, T, H, gate, init):
+    """29 -> 30 ("late": 07 with its inverse's diagonal blocks on every warp, then 24 with each chunk's o stored behind
+    the next chunk's P1) makes the same updates in the same order as 07 -> 24: 29's words are 07's, and o and the final
+    state are 24's bit for bit (outputs and workspace poisoned, chunk tails, one token, strong and constant decays, an
+    initial state, an odd head count), both held to float64; and the launcher runs 29 in 07's place with 24's layout."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, T, H, K, K, seed=170 + T + K, gate=gate, initial_state=init)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    ref_o, ref_s = kda_recurrent_fp64(**x, output_final_state=True)
+    p24 = dk.prepare_tc(**d, output_final_state=True, impl="kdreg", bv=bv)
+    p24.poison()
+    o24, s24 = (a.get() for a in p24.run())
+    plan = dk.prepare_tc(**d, output_final_state=True, impl="late", bv=bv)
+    assert plan.kernels["prep"].function == "kda_chunk_prep_inv" and plan.kernels["state"].function == "kda_chunk_state_late"
+    assert plan.launch_configs()["state"]["smem"] == p24.launch_configs()["state"]["smem"]
+    assert plan.launch_configs()["prep"] == p24.launch_configs()["prep"]
+    plan.poison()   # (the workspace too: every word 30 reads must be one 29 wrote)
+    o, s = (a.get() for a in plan.run())
+    assert np.array_equal(plan.ws["TA"].get(), p24.ws["TA"].get()), "29's words must be 07's"
+    assert np.array_equal(o, o24) and np.array_equal(s, s24), "29 -> 30 must reproduce 07 -> 24 bit for bit"
+    assert rel(o, ref_o) < TOL and rel(s, ref_s) < TOL, f"29 -> 30: o {rel(o, ref_o):.2e}, state {rel(s, ref_s):.2e}"
 
 
 def test_recurrence_bounds_lines_come_from_the_tables():

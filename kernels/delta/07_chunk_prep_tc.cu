@@ -57,6 +57,11 @@ static_assert(KDA_PREP_ALIAS == 0 || KDA_PREP_ALIAS == 1, "KDA_PREP_ALIAS: 1 (as
                           // on fp32 inputs, no faster on bf16, the call 07 -> 24 within 1 %: not made the build
 static_assert(KDA_PREP_LEAN == 0 || KDA_PREP_LEAN == 1, "KDA_PREP_LEAN: 0 (as built) or 1 (probe)");
 
+#ifndef KDA_PREP_INV
+#define KDA_PREP_INV 0   // probe build (07 and 21; the same arithmetic): the two diagonal 16 x 16 inverses on every warp,
+#endif                   // as step 29 builds them (1; kda_prep_body's INV); or on warp 0 alone (0, as built)
+static_assert(KDA_PREP_INV == 0 || KDA_PREP_INV == 1, "KDA_PREP_INV: 0 (as built) or 1 (probe)");
+
 template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (07; 21 on bf16)
 struct KdaPrepLayout {
     static constexpr bool AL = ALIAS;
@@ -86,7 +91,8 @@ struct KdaPrepLayout {
 // 21 (kernels/delta/21_chunk_prep_ops.cu) runs this body with OPS: each chunk's element-wise operands of
 // the recurrence, stored to `ops` as the recurrence's shared-memory image (kda_ops_image, ops_image.cuh).
 // SIDE (21, and 07 beside 27: kda_chunk_prep_side): 21's grid order and ready flags without (unless OPS) the images.
-template <int K, int C, bool BF, bool A2, bool OPS, bool SIDE = OPS>
+// INV (29, and the probe build KDA_PREP_INV of 07 and 21): the inverse's two diagonal blocks on every warp.
+template <int K, int C, bool BF, bool A2, bool OPS, bool SIDE = OPS, bool INV = (KDA_PREP_INV != 0)>
 static __device__ __forceinline__ void
 kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
@@ -335,13 +341,44 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
     if (KDA_PREP_LEAN && !A2) {   // meanwhile: Aqk's hi and lo words are final; warps 1.. store them
         if (warp != 0)
             for (int idx = tid - 32; idx < 2 * C * (C / 8); idx += NTH - 32) copy_out(2, idx);
+    } else if constexpr (L::AL && INV) {   // 29 (ALIAS): the same zeros first, a 16-byte store from each of 128 threads
+        static_assert(NTH >= 4 * 16 * 2 && LC % 4 == 0 && L::OFF_TA % 4 == 0, "a quad per thread, 16-byte aligned");
+        if (tid < 4 * 16 * 2) *reinterpret_cast<U4*>(TH + (tid / 32) * C * LC + ((tid / 2) % 16) * LC + 8 + 4 * (tid % 2)) =
+            U4{0u, 0u, 0u, 0u};
     } else if (L::AL && warp != 0) {   // meanwhile (ALIAS): the upper-right 16 x 16 block of each output array (read by the copy out only)
         for (int idx = tid - 32; idx < 4 * 16 * 8; idx += NTH - 32) {
             const int arr = idx / 128, r = (idx / 8) % 16, w = idx % 8;
             TH[arr * C * LC + r * LC + 8 + w] = 0u;
         }
     }
-    if (warp == 0) {
+    if constexpr (INV) {   // 29: every warp
+        // warp w: block bb = w / 4, columns j = 4 (w % 4) + lane / 8; lane % 8 = rg holds rows rg and rg + 8 of column j.
+        // Column j's step m as warp 0's: x_i -= A_im x_m for i > m, m ascending; x_m (final after step m - 1) from
+        // lane (lane & ~7) | (m & 7), slot m / 8; A_im from the thread's two rows of the block in shared memory.
+        static_assert(L::NW == 8 && C == 32, "two blocks x 16 columns x 8 row pairs: 256 threads");
+        const int bb = warp / 4, j = 4 * (warp % 4) + lane / 8, rg = lane % 8, base = 16 * bb;
+        const float* const a0 = sAkk + (base + rg) * LA + base;
+        const float* const a1 = a0 + 8 * LA;
+        float x0 = (rg == j) ? 1.0f : 0.0f, x1 = (rg + 8 == j) ? 1.0f : 0.0f;
+#pragma unroll
+        for (int m = 0; m < 15; ++m) {
+            const float xm = __shfl_sync(ATTNLAB_FULL_MASK, m < 8 ? x0 : x1, (lane & ~7) | (m & 7));
+            if (rg > m) x0 -= a0[m] * xm;
+            if (rg + 8 > m) x1 -= a1[m] * xm;
+        }
+        sTf[(base + rg) * LA + base + j] = x0;
+        sTf[(base + rg + 8) * LA + base + j] = x1;
+        const float n0 = __shfl_xor_sync(ATTNLAB_FULL_MASK, x0, 8), n1 = __shfl_xor_sync(ATTNLAB_FULL_MASK, x1, 8);
+        if ((j & 1) == 0) {   // lane + 8 holds column j + 1
+            unsigned hw, lw;
+            split_bf16x2(x0, n0, hw, lw);
+            TH[(base + rg) * LC + (base + j) / 2] = hw;
+            TL[(base + rg) * LC + (base + j) / 2] = lw;
+            split_bf16x2(x1, n1, hw, lw);
+            TH[(base + rg + 8) * LC + (base + j) / 2] = hw;
+            TL[(base + rg + 8) * LC + (base + j) / 2] = lw;
+        }
+    } else if (warp == 0) {
         const int bb = lane / 16, j = lane % 16, base = 16 * bb;
         float col[16];
 #pragma unroll

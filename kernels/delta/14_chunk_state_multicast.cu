@@ -185,10 +185,11 @@ static __device__ __forceinline__ void kda_pair_publish(const KdaWgCtx<L>& cx, i
 // each chunk's P1 a chunk early (AHEAD: step 18), P1's A from shared memory (SMA: step 19), WG_E's threads
 // (NE: 256 in step 20), the operands from 21's images, WG_E one warp issuing their bulk copies (PRE: 22), and
 // WG_C's chain turned around in registers, each value column's hi and lo terms an accumulator row pair (HILO: 23),
-// and P4's A operand loaded into registers while P2 runs (P4R: 24).
+// and P4's A operand loaded into registers while P2 runs (P4R: 24), each chunk's o stored behind the next chunk's P1
+// issue (LATE: 30).
 template <int K, int V, int C, int BV, bool BF, int CL, int SLOT, bool TMA, int NKD = 2, bool DIET = false,
           bool ONE = false, bool AHEAD = false, bool SMA = false, int NE = 128, bool PRE = false, bool HILO = false,
-          bool P4R = false, bool WY = false, bool SHR = false, bool PAIR = false>
+          bool P4R = false, bool WY = false, bool SHR = false, bool PAIR = false, bool LATE = false>
 static __device__ __forceinline__ void
 kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
             const typename KdaIn<BF>::T* __restrict__ v, const typename KdaIn<BF>::T* __restrict__ g,
@@ -210,7 +211,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
     // staging tiles: one, or (23's probe build KDA_STAGE_RING=1) two, each chunk's copy issued two chunks ahead
     constexpr int NST = PRE ? (SHR ? 1 : 0) : (HILO && KDA_STAGE_RING) ? 2 : 1;
     using L = KdaWgLayout<K, V, C, BV, BF, PRE ? 6 : NST == 2 ? 5 : PAIR ? 8 : 4, NST, SLOT == 2, NKD, DIET, ONE, AHEAD, SMA, NE,
-                          PRE, HILO, P4R, WY, SHR, PAIR>;
+                          PRE, HILO, P4R, WY, SHR, PAIR, LATE>;
     static_assert(!PAIR || (TMA && CL == 1 && NST == 1 && !KDA_E_LDG && KDA_E_SHARE == 1 && !KDA_NO_P2 &&
                             (KDA_PROBE == 0 || KDA_PROBE == 3 || KDA_PROBE == 5)),
                   "28: 24's tensor-copy form in pairs (its own cluster of two, not 14's), the probes 3 and 5 only");
@@ -317,9 +318,11 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
         auto tile_bar = [&](int n) { return NST == 2 && (n & 1) ? full_t + 32 : full_t; };
         constexpr unsigned ROW = KE * sizeof(TIn), TILE = 3 * C * ROW;   // bytes per token row, per tile
         // KDA_E_LDG: q, k, g from global memory, no staging tile; copy_in(n) only prefetches chunk n's boxes into L2
-        constexpr bool LDG = KDA_E_LDG != 0;
+        constexpr bool LDG = KDA_E_LDG != 0, AHD = KDA_E_LDG == 3;
         static_assert(!LDG || (TMA && !WY && NST == 1 && KDA_PROBE != 4), "KDA_E_LDG: 19-24's tensor-copy forms");
         static_assert(KDA_E_LDG != 2 || !BF, "KDA_E_LDG=2: fp32 inputs");
+        static_assert(!AHD || (SMA && DIET && !PAIR && KDA_PROBE != 5 && KDA_E_SHARE == 1),
+                      "KDA_E_LDG=3: 19's operands (kda_wg_operands' hooks), every token, the arithmetic on");
         auto copy_in = [&](int n) {   // warp 4: this block's share of chunk n's rows, to every block
             if constexpr (LDG) {
                 if (e == 0)
@@ -365,6 +368,16 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             if (LDG && e < 32 && 1 < NC) copy_in(1);   // the prefetch runs a chunk ahead from the start (below: n + 2)
         }
         load_beta(0);
+        // probe KDA_E_LDG=3: this thread's g, k, q of the chunk in hand, loaded during the chunk before (chunk 0's here)
+        auto ld_tok = [&](const TIn* src, int m, int u) -> TIn {
+            const long long t = (long long)m * C + tok0 + u;
+            return t < TT ? src[kda_bthd(b, t, h, c, TT, H, K)] : TIn(0);
+        };
+        TIn ag[AHD ? TPT : 1], ak[AHD ? TPT : 1], aq[AHD ? TPT : 1];
+        if constexpr (AHD) {
+#pragma unroll
+            for (int u = 0; u < TPT; ++u) { ag[u] = ld_tok(g, 0, u); ak[u] = ld_tok(k, 0, u); aq[u] = ld_tok(q, 0, u); }
+        }
         for (int n = 0; n < NC; ++n) {
             KDA_STAMP(0);
             // chunk n's tile has landed here (probe 4: chunk 0's, reused)
@@ -372,7 +385,7 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
             const TIn* const stg = NST == 2 ? reinterpret_cast<const TIn*>(cx.sm + tile_of(n)) : stg1;
             TIn xg[TPT], xk[TPT], xq[TPT];
 #pragma unroll
-            for (int u = 0; u < TPT; ++u) {
+            for (int u = 0; u < (AHD ? 0 : TPT); ++u) {   // (KDA_E_LDG=3: loaded a chunk ago)
                 const long long t = (long long)n * C + tok0 + u;
                 const bool in = t < TT;
                 if constexpr (LDG) {   // issued here, first used after the EMPTY wait below: their latency hides there
@@ -468,7 +481,24 @@ kda_mc_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF
                 }
                 continue;
             }
-            kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);
+            if constexpr (AHD) {   // chunk n + 1's loads into the registers that chunk n's arithmetic has finished with
+                const int m = n + 1;
+                auto g_done = [&]() {
+                    if (m < NC) {
+#pragma unroll
+                        for (int u = 0; u < TPT; ++u) ag[u] = ld_tok(g, m, u);
+                    }
+                };
+                auto kq_done = [&](int qd) {
+                    if (m < NC) {
+#pragma unroll
+                        for (int u = 8 * qd; u < 8 * qd + 8; ++u) { ak[u] = ld_tok(k, m, u); aq[u] = ld_tok(q, m, u); }
+                    }
+                };
+                kda_wg_operands<L, TPT>(cx, n, ag, ak, aq, bl, scale, ht, nullptr, g_done, kq_done);
+            } else {
+                kda_wg_operands<L, TPT>(cx, n, xg, xk, xq, bl, scale, ht);
+            }
             if constexpr (PAIR) kda_pair_publish<L>(cx, n, e, rank, full_t + PFULL, full_t + PEMPTY);
         }
       }

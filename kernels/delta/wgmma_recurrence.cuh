@@ -15,7 +15,7 @@
 template <int K_, int V_, int C_, int BV_, bool BF_ = false, int NMBAR = 0, int NST_ = 1, bool DENSE_ = false,
           int NKD_ = 2, bool DIET_ = false, bool ONE_ = false, bool AHEAD_ = false, bool SMA_ = false, int NE_ = 128,
           bool PRE_ = false, bool HILO_ = false, bool P4R_ = false, bool WY_ = false, bool SHR_ = false,
-          bool PAIR_ = false>
+          bool PAIR_ = false, bool LATE_ = false>
 struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies land them (14's "tma2", "tma3");
                        // NKD_ = 3: WG_E's operands in two rings, Kbg / Qg (two) and Kd^T, 2^G_L (three; "tma3")
                        // DIET_: WG_E's operands from one exp2 per element and no beta (15)
@@ -32,6 +32,7 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
                        // of the head's chunks from a staging tile (NST = 1)
                        // PAIR_: 24's loop, a cluster of two value blocks whose WG_Es each make half of the channels'
                        // operands into both blocks' buffers (28): the staging tile holds K / 2 channels
+                       // LATE_: 24's loop with each chunk's o stored behind the next chunk's P1 issue (30)
     static constexpr int K = K_, V = V_, C = C_, BV = BV_;
     static constexpr bool BF = BF_;
     static constexpr int NE = NE_;                      // WG_E's threads: one warpgroup (13-19), two (20), a warp (22)
@@ -65,6 +66,8 @@ struct KdaWgLayout {   // DENSE_: WG_C's slot rows unpadded, as tensor copies la
     static_assert(!P4R || (SMA && !PRE && !HILO && NE_ == 128), "24: 19's loop (one element-wise warpgroup) with P4's A "
                                                                "from registers");
     static constexpr bool WY = WY_;                     // 25: W made by WG_E, P1 then P4
+    static constexpr bool LATE = LATE_;                 // 30: o stored behind the next chunk's P1 issue
+    static_assert(!LATE || (P4R_ && !WY_ && !PAIR_ && BV_ != 64), "30: 24's loop (one value block of 32 or 16 columns)");
     static_assert(!WY || (P4R && DIET_ && !ONE && NE_ == 128),
                   "25: 24's loop (P4's A from registers) on fp32 inputs, one element-wise warpgroup");
     // byte offsets from the 1024-aligned base
@@ -216,8 +219,19 @@ static_assert(KDA_E_SHARE == 1 || KDA_E_SHARE == 2 || KDA_E_SHARE == 4, "KDA_E_S
 #endif                // q, k, g from global memory into registers, each chunk's box prefetched into L2 by the copy
                       // engine a chunk ahead, with no staging tile (1; 2: fp32 inputs, loads that allocate no L1
                       // line): the tile's landing and reads leave shared memory; or lands them in the staging tile
-                      // by tensor copies and reads them there (0, as built)
-static_assert(KDA_E_LDG >= 0 && KDA_E_LDG <= 2, "KDA_E_LDG: 0 (as built), 1 or 2");
+                      // by tensor copies and reads them there (0, as built). 3 (probe, 19, 20 and 24): 1's loads a chunk
+                      // ahead, into the registers they replace: chunk n + 1's g once chunk n's 2^g is made, its k and q
+                      // 8 tokens at a time once chunk n's operands of those tokens are stored (kda_wg_operands' hooks),
+                      // so that their latency hides behind chunk n's arithmetic, not only behind the wait for EMPTY;
+                      // it ran slower still than 1 on an H100 (scripts/probe_delta_ahead.py, not recorded): its stamps
+                      // put the time in WG_E's arithmetic, now interleaved with the loads
+static_assert(KDA_E_LDG >= 0 && KDA_E_LDG <= 3, "KDA_E_LDG: 0 (as built), 1, 2 or 3");
+
+// kda_wg_operands' hooks (KDA_E_LDG=3): nothing to do
+struct KdaNoHook {
+    __device__ __forceinline__ void operator()() const {}
+    __device__ __forceinline__ void operator()(int) const {}
+};
 
 #ifndef KDA_PAIR_DIAG
 #define KDA_PAIR_DIAG 0   // probe build (28 only; results meaningless but for 0): what its pairing costs. 1: WG_C does not
@@ -328,12 +342,15 @@ static __device__ __forceinline__ KdaWgCtx<L> kda_wg_ctx(float* smem_f, int T, i
 // (the wgmma's layout, bf16 hi and lo) and 2^G_L; then it hands the buffer to WG_C (FULL).
 // MAKE (26's maker warpgroup, 19's operands; its threads after WG_C and the producer warp): the same operands in the
 // buffer's byte image at `img` (a slot of the head's ring in global memory), no proxy fence and no hand-over.
-template <class L, int TPT, bool MAKE = false>
+// Hooks (probe KDA_E_LDG=3; 19's operands): g_done() once xg is read for the last time, kq_done(qd) once xk and xq of
+// tokens tok0 + 8 qd .. + 7 are (the caller may load the next chunk's into them there).
+template <class L, int TPT, bool MAKE = false, class GDone = KdaNoHook, class KqDone = KdaNoHook>
 static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, int n,
                                                        const typename KdaIn<L::BF>::T (&xg)[TPT],
                                                        const typename KdaIn<L::BF>::T (&xk)[TPT],
                                                        const typename KdaIn<L::BF>::T (&xq)[TPT], float bl,
-                                                       float scale, float* ht, unsigned char* img = nullptr) {
+                                                       float scale, float* ht, unsigned char* img = nullptr,
+                                                       GDone g_done = {}, KqDone kq_done = {}) {
     static_assert(!MAKE || (L::SMA && L::DIET && !L::WY && !L::AHEAD && L::NKD == 2), "26's maker: 19's operands");
     constexpr int K = L::K, LE = L::LE;
     constexpr bool BF = L::BF;
@@ -394,6 +411,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                 float xe[TPT];
     #pragma unroll
                 for (int u = 0; u < TPT; ++u) xe[u] = fast_exp2(kda_widen1<BF>(xg[u]) * KDA_LOG2E);
+                g_done();   // (probe KDA_E_LDG=3: the next chunk's g into xg)
                 float run = 1.f;
     #pragma unroll
                 for (int u = 0; u < TPT; ++u) { run *= xe[u]; e1[u] = run; }
@@ -512,6 +530,7 @@ static __device__ __forceinline__ void kda_wg_operands(const KdaWgCtx<L>& cx, in
                             *reinterpret_cast<U4*>(kq + K * 128 + (((2 * ch) ^ (c % 8)) * 16)) = U4{kl[0], kl[1], kl[2], kl[3]};
                             *reinterpret_cast<U4*>(kq + K * 128 + (((2 * ch + 1) ^ (c % 8)) * 16)) = U4{ql[0], ql[1], ql[2], ql[3]};
                         }
+                        kq_done(qd);   // (probe KDA_E_LDG=3: the next chunk's k and q of these tokens)
                     }
                 } else {
     #pragma unroll
@@ -971,8 +990,9 @@ static __device__ __forceinline__ void kda_wg_chain(const KdaWgCtx<L>& cx, const
         if (t < TT) bulk_store(o + kda_bthd(b, t, h, v0, TT, H, V), base + L::OT_OFF + lane * L::OT_LD * 4, BV * 4);
         bulk_store_commit();
     };
-    // probe KDA_O_LATE: chunk n's o (rows g8 + 8: Ob + A2 X) kept here, stored behind chunk n + 1's P1 issue
-    constexpr bool OLATE = KDA_O_LATE && MAIN;
+    // 30 (and the probe build KDA_O_LATE): chunk n's o (rows g8 + 8: Ob + A2 X) kept here, stored behind chunk n + 1's
+    // P1 issue
+    constexpr bool OLATE = (KDA_O_LATE || L::LATE) && MAIN;   // 30, and the probe build of 19-24
     float ol[BV / 4];
     long long t_ol = -1;   // its first token (-1: nothing kept)
     auto o_keep = [&](long long t0, const float (&ob)[BV / 4], const float (&p2)[BV / 2], float (&vp)[BV / 4]) {

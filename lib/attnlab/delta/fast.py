@@ -30,10 +30,11 @@ TC_IMPLS = (("06 fused", "fused", ("06",)), ("07+08", "split", ("07", "08")), ("
             ("07+14 bulk", "bulk", ("07", "14")), ("07+14 tma", "tma", ("07", "14")),
             ("07+14 tma, WG_C too", "tma2", ("07", "14")), ("07+15", "diet", ("07", "15")),
             ("07+16", "wgrs", ("07", "16")), ("07+19", "tile", ("07", "19")), ("07+20", "wide", ("07", "20")),
-            ("07+23", "hilo", ("07", "23")), ("07+24", "kdreg", ("07", "24")), ("07+25", "wy", ("07", "25")))
+            ("07+23", "hilo", ("07", "23")), ("07+24", "kdreg", ("07", "24")), ("07+25", "wy", ("07", "25")),
+            ("29+30", "late", ("29", "30")))
 #: steps that branch off an earlier step rather than the row above them in TC_IMPLS: {label: predecessor}
 STEP_PREDECESSORS = {"07+11": "07+10", "07+12": "07+10", "07+12 two roles": "07+12", "07+13": "07+10", "07+19": "07+15",
-                     "07+23": "07+19", "07+24": "07+19", "07+25": "07+24",
+                     "07+23": "07+19", "07+24": "07+19", "07+25": "07+24", "29+30": "07+24",
                      "07+14 bulk": "07+13", "07+14 tma": "07+14 bulk", "07+14 tma, WG_C too": "07+14 tma"}
 BEST = "07+10"
 BEST_IMPL = "lean"
@@ -524,6 +525,12 @@ CONSUMER_STAMP_PHASES["kdreg"] = tuple(("P2: [V'; A2 X] = [T; A2] X, Kd^T fragme
 PRODUCER_STAMP_PHASES["kdreg"] = PRODUCER_STAMP_PHASES["tile"]
 PRODUCER_WARPS["kdreg"] = 4
 
+#: 30: 24's loop; the chunk before's o stored behind P1's issue, inside P1's stamps
+CONSUMER_STAMP_PHASES["late"] = tuple(("the chunk before's o stored, " + p, a, b) if a == 0 else (p, a, b)
+                                      for p, a, b in CONSUMER_STAMP_PHASES["kdreg"])
+PRODUCER_STAMP_PHASES["late"] = PRODUCER_STAMP_PHASES["kdreg"]
+PRODUCER_WARPS["late"] = 4
+
 
 #: 28: 24's loop; WG_C hands its buffer back inside P2's stamps and waits for the other block's half (PFULL) with its
 #: FULL; WG_E's copies to the other block (after its PEMPTY) fall before the next chunk's EMPTY wait
@@ -760,7 +767,7 @@ def probe_latency(B: int, H: int, K: int, V: int, T: int, budget_s: float = 0.2,
 
 #: The warpgroup recurrences whose clock stamps notebook 13 records beside 10's: 13, 14's row bulk copies
 #: and its tensor-copy form with WG_C's copies as tensor copies too.
-WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead", "tile", "hilo", "kdreg", "wy")   # 17, 18: on bf16 inputs
+WG_STAMP_IMPLS = ("wgmma", "bulk", "tma2", "diet", "wgrs", "single", "ahead", "tile", "hilo", "kdreg", "wy", "late")   # 17, 18: on bf16 inputs
 
 
 def wg_phase_cycles(B: int, H: int, K: int, V: int, T: int, seed: int = 0, impls=WG_STAMP_IMPLS) -> pd.DataFrame:

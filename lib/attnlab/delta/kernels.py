@@ -28,7 +28,8 @@ zero-copy through DLPack; ``torch.from_dlpack(o)`` turns a result back into a te
   → ``27`` (``"side"``: 24 at 64 value columns a block, 07 beside it in 21's grid order), → ``28`` (``"pair"``: 24 with a
   head's value blocks in clusters of two, each block's element-wise warpgroup making half of the channels' operands and
   copying them into the other block's shared memory; K = 128), the last three measured slower than 24 (fp32 inputs only;
-  sm_90a),
+  sm_90a), or (``"late"``) ``29_chunk_prep_inv.cu`` (07 with its inverse's diagonal blocks on every warp) → ``30`` (24
+  with each chunk's o stored behind the next chunk's first product; sm_90a),
   → ``12`` (``"regs"``),
   or (``"pre"``) ``21_chunk_prep_ops.cu`` (07 that also stores the recurrence's element-wise operands: one bf16
   term each on bf16 inputs, hi and lo words on fp32, a workspace of about the inputs' q, k and g) → ``22`` (19's
@@ -79,7 +80,7 @@ CLUSTER_MIN_CC = 90              # 11: thread-block clusters and distributed sha
 SUPPORTED_IO = ("fp32", "bf16")   # kda_tc's input/output storage: fp32, or bf16 (BF16_IMPLS only)
 IO_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 BF16_IMPLS = ("lean", "regs", "regs2", "wgmma", "wgmma2", "bulk", "bulk2", "multicast", "multicast2", "tma", "tma2", "tma3", "diet",
-              "wgrs", "single", "ahead", "tile", "wide", "pre", "kdreg")
+              "wgrs", "single", "ahead", "tile", "wide", "pre", "kdreg", "late")
 #: impls that run on bf16 inputs only, and why (the launcher's one-line error for fp32 inputs)
 BF16_ONLY_WHY = {
     "wgmma2": ("13 with two staging tiles", "two fp32 tiles do not fit in a block's 227 KB of shared memory",
@@ -241,12 +242,22 @@ DELTA_KERNELS: tuple[DeltaKernel, ...] = (
                 "buffer by bulk copies between the shared memories, the hand-overs spanning the pair on mbarriers "
                 "(fp32 inputs, K = 128; an unrecorded probe found it slower than 24, its 28_chunk_state_pair.cu "
                 "header says why)"),
+    DeltaKernel("29", "delta/29_chunk_prep_inv.cu", "kda_chunk_prep_inv", "tc",
+                "pair products + inverse, the inverse on every warp", 80,
+                "07 with T's two diagonal 16 x 16 blocks solved by all eight warps (a thread holds two rows of one "
+                "column, each step's pivot from its column's lanes by a shuffle), not by warp 0 while the other seven "
+                "wait at the barrier: the same updates in the same order, 07's words bit for bit"),
+    DeltaKernel("30", "delta/30_chunk_state_late.cu", "kda_chunk_state_late", "tc",
+                "recurrence on warpgroup MMAs, o stored a chunk late (sm_90a)", 90,
+                "24 (after 29) with each chunk's o kept in registers and stored while the next chunk's P1 runs, not "
+                "before V'^T's proxy fence, whose membar waited for those stores on the chain: 24's words bit for "
+                "bit"),
 )
 
 
 (RECURRENT_SRC, INTRA_SRC, SOLVE_SRC, STATE_SRC, STATE_TC_SRC, FUSED_SRC, PREP_SRC, ONCHIP_SRC,
  WS_SRC, LEAN_SRC, CLUSTER_SRC, REGS_SRC, WGMMA_SRC, MC_SRC, DIET_SRC, WGRS_SRC, SINGLE_SRC, AHEAD_SRC, TILE_SRC,
- WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC, SHARE_SRC, SIDE_SRC, PAIR_SRC) = (
+ WIDE_SRC, PREP_OPS_SRC, PRE_SRC, HILO_SRC, KDREG_SRC, WY_SRC, SHARE_SRC, SIDE_SRC, PAIR_SRC, PREP_INV_SRC, LATE_SRC) = (
     k.source for k in DELTA_KERNELS)
 
 
@@ -689,7 +700,8 @@ def prep_ops_blocks_per_sm(bf16: bool) -> int:
 #: Spill bytes (stores, loads, stack) a kernel's static build may show; every other kernel builds without
 #: spills. 21 at 64 registers spills a few dozen bytes and ran faster alone than at 80 without (0.40 against
 #: 0.44 ms, scripts/probe_delta_timeline.py), and only at 64 do two of its blocks fit beside one of 22.
-SPILL_ALLOWANCE = {"kda_chunk_prep_ops": 32, "kda_chunk_prep_side": 16}   # 07 beside 27: 8 bytes (its flag's two arguments)
+SPILL_ALLOWANCE = {"kda_chunk_prep_ops": 32, "kda_chunk_prep_side": 16,   # 07 beside 27: 8 bytes (its flag's two arguments)
+                   "kda_chunk_prep_inv": 16}   # 29: a register or two (nvcc 13.0: 4 to 8 bytes), 64 registers for 4 blocks
 
 
 def onchip_smem_words(K: int, V: int, BV: int, C: int = FUSED_CHUNK) -> int:
@@ -1045,6 +1057,7 @@ STATE_IMPLS = {
     "pre": (PRE_SRC, "kda_chunk_state_pre", PRE_THREADS, pre_smem_words),
     "hilo": (HILO_SRC, "kda_chunk_state_hilo", WGMMA_THREADS, hilo_smem_words),
     "kdreg": (KDREG_SRC, "kda_chunk_state_kdreg", WGMMA_THREADS, tile_smem_words),   # 24: 19's layout
+    "late": (LATE_SRC, "kda_chunk_state_late", WGMMA_THREADS, tile_smem_words),   # 30 (after 29): 24's layout
     "wy": (WY_SRC, "kda_chunk_state_wy", WGMMA_THREADS, wy_smem_words),   # 25: 24's, plus T's words and T' buffers
     "share": (SHARE_SRC, "kda_chunk_state_share", SHARE_THREADS, share_smem_words),   # 26: 19's, two more mbarriers
     "side": (SIDE_SRC, "kda_chunk_state_side", WGMMA_THREADS, side_smem_words),   # 27: 24's at 64 columns, X^T = V'^T
@@ -1088,7 +1101,8 @@ TMA_IMPLS = ("tma", "tma2", "tma3", "diet", "single",   # diet: 15, 14 "tma2" wi
              "wy",                                       # 25: 24 in the WY form (07 hands over Aqk, not A2)
              "share",                                    # 26: 22's chain, the images made in the kernel
              "side",                                     # 27: 24 at 64 value columns, 07 beside it
-             "pair")                                     # 28: 24, a pair of value blocks sharing WG_E's work
+             "pair",                                     # 28: 24, a pair of value blocks sharing WG_E's work
+             "late")                                     # 30 (after 29): 24 with o stored a chunk late
 #: impls whose recurrence is built for an architecture-specific target, and need 07 to hand over
 #: A2 = Aqk T in place of Aqk (07's A2 template flag)
 #: 16 ("wgrs"): its own tensor maps (g, k, q and 07's output in boxes of C rows) and 64 value columns a block
@@ -1108,6 +1122,8 @@ SIDE_IMPLS = ("side",)
 #: 07 -> 28 ("pair"): the recurrence's value blocks in clusters of PAIR_CLUSTER, g, k, q in boxes of K / 2 channels
 PAIR_IMPLS = ("pair",)
 MAX_PRE_CHUNKS = 65535   # 21's grid (B H, NC), and 07's beside 27: the y axis
+#: 29 -> 30 ("late"): 29 (07 with its inverse on every warp) in 07's place
+PREP_INV_IMPLS = ("late",)
 STATE_ARCH = {"wgmma": WGMMA_ARCH, "wgmma2": WGMMA_ARCH,
               **{i: WGMMA_ARCH for i in MC_IMPLS + TMA_IMPLS + WGRS_IMPLS + PRE_IMPLS}}
 #: TMA forms whose o needs 07's Aqk, not A2 (25: o = Qg S + Aqk V')
@@ -1159,7 +1175,7 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         raise ValueError(f"impl={impl!r} ({what}) runs on fp32 inputs only: {why}; pass {instead} or float32 inputs")
     if io == "bf16" and impl not in BF16_IMPLS:
         raise ValueError(f"bf16 inputs run on impl {', '.join(map(repr, BF16_IMPLS))} only (07 -> 10, 12, 13, 14, 15, 16, 17, 18, 19, "
-                         f"20 or 24, or 21 -> 22), got "
+                         f"20 or 24, 21 -> 22, or 29 -> 30), got "
                          f"impl={impl!r}; pass impl='lean' or float32 inputs")
     if io == "fp32" and impl in BF16_ONLY_IMPLS:
         what, why, instead = BF16_ONLY_WHY[impl]
@@ -1202,6 +1218,9 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
     alias = prep_alias(io == "bf16", prep_defines, ops=impl in PRE_IMPLS)   # 07's (21's) layout
     ring = stage_ring(impl, defines)                 # 23's staging ring (probe build)
     slots = share_slots(defines) if impl in SHARE_IMPLS else 0   # 26's ring of images (before its build)
+    if impl in PREP_INV_IMPLS and not alias:
+        raise ValueError(f"impl={impl!r} runs 29, which is built in 07's aliased layout only: KDA_PREP_ALIAS=0 is a probe "
+                         "build of 07 (pass impl='kdreg')")
     if prep_defines and (impl == "fused" or impl in PRE_IMPLS):
         raise ValueError(f"prep_defines are probe builds of 07; impl={impl!r} runs "
                          f"{'06 alone' if impl == 'fused' else '21 in its place'}")
@@ -1215,6 +1234,8 @@ def prepare_tc(q, k, v, g, beta, scale: float | None = None, initial_state=None,
         prep_args = (K, C, bf, impl in PREP_A2_IMPLS)   # 07's A2 flag: Aqk T in place of Aqk (13)
         prep = (load_kernel(PREP_OPS_SRC, "kda_chunk_prep_ops", (K, C, bf)) if impl in PRE_IMPLS   # 21: 07<A2> + images
                 else load_kernel(PREP_SRC, "kda_chunk_prep_side", (K, C), defines=prep_defines) if impl in SIDE_IMPLS
+                else load_kernel(PREP_INV_SRC, "kda_chunk_prep_inv", prep_args, defines=prep_defines)
+                if impl in PREP_INV_IMPLS   # 29: 07's body, the inverse on every warp
                 else load_kernel(PREP_SRC, "kda_chunk_prep", prep_args, defines=prep_defines))
         kernels = {"prep": prep,
                    "state": load_kernel(src, fn, (K, V, C, bv) + ((bf,) if impl in BF16_IMPLS else ())
@@ -1318,7 +1339,7 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     function name and template arguments (K, V or C, ...) as :func:`static_instantiations` lists them."""
     if function == "kda_chunk_fused":
         return 4 * fused_smem_words(args[0], args[1], args[3])
-    if function == "kda_chunk_prep":   # (K, C, BF, A2): aliased on both paths
+    if function in ("kda_chunk_prep", "kda_chunk_prep_inv"):   # (K, C, BF, A2): aliased on both paths (29: 07's)
         return 4 * prep_smem_words(args[0])
     if function == "kda_chunk_prep_side":   # (K, C): 07's fp32 aliased layout
         return 4 * prep_smem_words(args[0])
@@ -1335,7 +1356,8 @@ def tc_smem_bytes(function: str, args: tuple) -> int:
     if function in ("kda_chunk_state_mc", "kda_chunk_state_diet", "kda_chunk_state_single",
                     "kda_chunk_state_ahead"):   # (K, V, C, BV, BF[, CL, BSLOT])
         return 4 * mc_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
-    if function in ("kda_chunk_state_tile", "kda_chunk_state_kdreg"):   # (K, V, C, BV, BF): 24 in 19's layout
+    if function in ("kda_chunk_state_tile", "kda_chunk_state_kdreg",
+                    "kda_chunk_state_late"):   # (K, V, C, BV, BF): 24 (30) in 19's layout
         return 4 * tile_smem_words(args[0], args[1], args[3], args[2], bf16=bool(args[4]))
     if function == "kda_chunk_state_wy":   # (K, V, C, BV)
         return 4 * wy_smem_words(args[0], args[1], args[3], args[2])
@@ -1361,7 +1383,7 @@ def tc_threads(function: str, args: tuple) -> int:
     for, :func:`prep_blocks_per_sm`)."""
     if function == "kda_chunk_fused":
         return FUSED_THREADS
-    if function == "kda_chunk_prep":   # (K, C, BF, A2)
+    if function in ("kda_chunk_prep", "kda_chunk_prep_inv"):   # (K, C, BF, A2); 29 as 07
         return prep_blocks_per_sm(bool(args[2])) * FUSED_THREADS
     if function == "kda_chunk_prep_side":   # (K, C): 07's fp32 build, four blocks per SM
         return prep_blocks_per_sm(False) * FUSED_THREADS
@@ -1435,6 +1457,8 @@ def static_instantiations(K: int = 128, V: int = 128, chunk_sizes=(DEFAULT_CHUNK
         for bf in (False, True):   # 21 and 22: fp32 inputs' hi / lo images, bf16 inputs' one-term ones
             out.append((PREP_OPS_SRC, "kda_chunk_prep_ops", (K, FUSED_CHUNK, bf)))
             out += [(PRE_SRC, "kda_chunk_state_pre", (K, V, FUSED_CHUNK, bv, bf)) for bv in bvs]
+        for bf in (False, True):   # 29 (before 30, which TMA_IMPLS lists)
+            out.append((PREP_INV_SRC, "kda_chunk_prep_inv", (K, FUSED_CHUNK, bf, True)))
         if V % SIDE_BV == 0:   # 27 (64 value columns a block, fp32 inputs) and 07 in 21's grid order beside it
             out.append((PREP_SRC, "kda_chunk_prep_side", (K, FUSED_CHUNK)))
             out.append((SIDE_SRC, "kda_chunk_state_side", (K, V, FUSED_CHUNK, SIDE_BV)))
@@ -1447,6 +1471,7 @@ def static_arch(function: str, arch: str = "sm_90") -> str:
     if function in ("kda_chunk_state_wgmma", "kda_chunk_state_mc", "kda_chunk_state_tma", "kda_chunk_state_diet",
                     "kda_chunk_state_wgrs", "kda_chunk_state_single", "kda_chunk_state_ahead", "kda_chunk_state_tile",
                     "kda_chunk_state_wide", "kda_chunk_state_pre", "kda_chunk_state_hilo", "kda_chunk_state_kdreg",
-                    "kda_chunk_state_wy", "kda_chunk_state_share", "kda_chunk_state_side", "kda_chunk_state_pair"):
+                    "kda_chunk_state_wy", "kda_chunk_state_share", "kda_chunk_state_side", "kda_chunk_state_pair",
+                    "kda_chunk_state_late"):
         return WGMMA_ARCH
     return arch
