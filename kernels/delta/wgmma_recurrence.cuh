@@ -219,7 +219,7 @@ static_assert(KDA_E_SHARE == 1 || KDA_E_SHARE == 2 || KDA_E_SHARE == 4, "KDA_E_S
 #endif                // q, k, g from global memory into registers, each chunk's box prefetched into L2 by the copy
                       // engine a chunk ahead, with no staging tile (1; 2: fp32 inputs, loads that allocate no L1
                       // line): the tile's landing and reads leave shared memory; or lands them in the staging tile
-                      // by tensor copies and reads them there (0, as built). 3 (probe, 19, 20 and 24): 1's loads a chunk
+                      // by tensor copies and reads them there (0, as built). 3 (probe of 24): 1's loads a chunk
                       // ahead, into the registers they replace: chunk n + 1's g once chunk n's 2^g is made, its k and q
                       // 8 tokens at a time once chunk n's operands of those tokens are stored (kda_wg_operands' hooks),
                       // so that their latency hides behind chunk n's arithmetic, not only behind the wait for EMPTY;
