@@ -15,6 +15,8 @@ STALE: dict[str, str] = {
     "h200/13_fast_delta": ("notebook 13 gained step 25's text and the recurrence bounds after the H200 recording; every "
                            "machine lent since was an H100, whose run of this notebook is reports/h100-80gb-hbm3/: "
                            "re-record it on an H200"),
+    "h100-80gb-hbm3/13_fast_delta": ("notebook 13 gained steps 29 and 30 after this H100 recording; no machine could be "
+                                     "started for a new one that session: re-record it"),
 }
 
 
