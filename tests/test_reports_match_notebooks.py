@@ -12,11 +12,9 @@ REPORTS = sorted((ROOT / "reports").glob("*/[0-9][0-9]_*.ipynb"))
 #: Reports known to predate their notebook, with why; each is shown as an expected failure, never
 #: silently passed. Remove an entry once the notebook's report is re-recorded.
 STALE: dict[str, str] = {
-    "h200/13_fast_delta": ("notebook 13 gained step 25's text and the recurrence bounds after the H200 recording; every "
+    "h200/13_fast_delta": ("notebook 13 gained step 25's text, the recurrence bounds and steps 29 and 30 after the H200 recording; every "
                            "machine lent since was an H100, whose run of this notebook is reports/h100-80gb-hbm3/: "
                            "re-record it on an H200"),
-    "h100-80gb-hbm3/13_fast_delta": ("notebook 13 gained steps 29 and 30 after this H100 recording; no machine could be "
-                                     "started for a new one that session: re-record it"),
 }
 
 
