@@ -62,8 +62,8 @@ def delta_plan(impls_only=None) -> list[dict]:
     from attnlab.delta import kernels as dk
 
     step_of = {k.source: k.step for k in dk.DELTA_KERNELS}   # by file: 14's holds two kernels
-    impls = [("fused", "06")] + [(impl, ("21 " if impl in dk.PRE_IMPLS else "07 ") + step_of[src])
-                                 for impl, (src, _, _, _) in dk.STATE_IMPLS.items()]
+    prep = lambda impl: "21 " if impl in dk.PRE_IMPLS else "29 " if impl in dk.PREP_INV_IMPLS else "07 "  # noqa: E731
+    impls = [("fused", "06")] + [(impl, prep(impl) + step_of[src]) for impl, (src, _, _, _) in dk.STATE_IMPLS.items()]
     out += [dict(launcher="tc", impl=impl, K=K, steps=steps) for impl, steps in impls for K in (64, 128)
             if impl not in dk.BF16_ONLY_IMPLS]
     out += [dict(launcher="tc", impl=impl, K=K, steps=steps, io="bf16")
