@@ -2,7 +2,7 @@
 """GPU probe: 07 (the pair products and the inverse) in its probe builds against the recorded build.
 
     PYTHONPATH=lib python scripts/probe_delta_prep.py [--T 4096 16384] [--rounds 2] [--out DIR] [--io fp32 bf16]
-        [--form KDA_PREP_INV=1 --form KDA_PREP_INV=1,KDA_PREP_L2=264 ...]
+        [--form KDA_PREP_INV=1 --form KDA_PREP_INV=1,KDA_PREP_LEAN=1 ...]
 
 Nsight Compute's per-instruction view of 07 (scripts/ncu_source.py delta:kdreg:4096:prep, not recorded) put about a
 quarter of its issued instructions before its first barrier, most of them 64-bit address arithmetic and the
@@ -13,8 +13,8 @@ T) it also has warps 1-7 store Aqk's words while warp 0 inverts. Same arithmetic
 bit for bit on the CPU model (tests/test_emu_delta_tc.py); on the GPU ptxas may fuse a product and a sum differently in
 the two builds, so o and the final state of 07 -> 24 are compared here and reported equal or not.
 The same holds for the probe builds that --form names (default: KDA_PREP_LEAN=1): KDA_PREP_INV puts the inverse on
-every warp (the rest of that barrier's stall samples), KDA_PREP_L2=D has each block ask L2 for the rows of the block D
-places later (07's load stalls); 07_chunk_prep_tc.cu says what each does.
+every warp (step 29's form: the barrier behind warp 0's inverse held a fifth of 07's stall samples); 07_chunk_prep_tc.cu
+says what each does.
 
 At B=2, H=16, K=V=128, fp32 and bf16 inputs, each T: 07 alone and 07 -> 24, recorded and probe builds in turn,
 --rounds times (drift shows as a difference between rounds). Writes probe_prep.csv to --out (default $OUT or /tmp)
@@ -40,7 +40,7 @@ FORMS = (("recorded", None), ("KDA_PREP_LEAN=1", {"KDA_PREP_LEAN": 1}))
 
 
 def parse_form(text: str) -> tuple[str, dict[str, int]]:
-    """'KDA_PREP_INV=1,KDA_PREP_L2=264' -> (the text, its defines)."""
+    """'KDA_PREP_INV=1,KDA_PREP_LEAN=1' -> (the text, its defines)."""
     try:
         return text, {kv.split("=")[0]: int(kv.split("=")[1]) for kv in text.split(",")}
     except (IndexError, ValueError):

@@ -14,7 +14,7 @@
 // H100 as 07's probe build KDA_PREP_INV=1). The zeroing of each output array's upper-right block, which warps 1-7 did
 // meanwhile, is every warp's first.
 // The recurrence after it is 30 (24 with o stored behind the next chunk's first product; impl "late"); notebook 13
-// times 29 beside 07 on its own (the 07 stage of "29+30") and the call.
+// times 29 alone (the "29" stage of "29+30") beside 07 alone (the "07" stage of "07+19") and the call.
 //
 // Launch: 07's (grid (NC, H, B), 256 threads, kernels.prep_smem_words in its aliased layout, four blocks per SM).
 #include "07_chunk_prep_tc.cu"
