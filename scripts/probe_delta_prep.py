@@ -2,7 +2,7 @@
 """GPU probe: 07 (the pair products and the inverse) in its probe builds against the recorded build.
 
     PYTHONPATH=lib python scripts/probe_delta_prep.py [--T 4096 16384] [--rounds 2] [--out DIR] [--io fp32 bf16]
-        [--form KDA_PREP_INV=1 --form KDA_PREP_INV=1,KDA_PREP_LEAN=1 ...]
+        [--form KDA_PREP_INV=1 --form KDA_PREP_INV=1,KDA_PREP_LEAN=1 ...] [--impl kdreg | late]
 
 Nsight Compute's per-instruction view of 07 (scripts/ncu_source.py delta:kdreg:4096:prep, not recorded) put about a
 quarter of its issued instructions before its first barrier, most of them 64-bit address arithmetic and the
@@ -13,10 +13,13 @@ T) it also has warps 1-7 store Aqk's words while warp 0 inverts. Same arithmetic
 bit for bit on the CPU model (tests/test_emu_delta_tc.py); on the GPU ptxas may fuse a product and a sum differently in
 the two builds, so o and the final state of 07 -> 24 are compared here and reported equal or not.
 The same holds for the probe builds that --form names (default: KDA_PREP_LEAN=1): KDA_PREP_INV puts the inverse on
-every warp (step 29's form: the barrier behind warp 0's inverse held a fifth of 07's stall samples); 07_chunk_prep_tc.cu
-says what each does.
+every warp (step 29's form: the barrier behind warp 0's inverse held a fifth of 07's stall samples); KDA_PREP_VEC loads
+four channels a thread, 16 bytes a row and array (29's Nsight Compute counters: MIO and LSU-queue throttles on fp32
+inputs, several times the bf16 form's); 07_chunk_prep_tc.cu says what each does. --impl late runs the same builds of 29
+(07 with the inverse on every warp) before 30 in place of 07 before 24.
 
-At B=2, H=16, K=V=128, fp32 and bf16 inputs, each T: 07 alone and 07 -> 24, recorded and probe builds in turn,
+At B=2, H=16, K=V=128, fp32 and bf16 inputs, each T: 07 alone and 07 -> 24 (or 29 and 29 -> 30), recorded and probe
+builds in turn,
 --rounds times (drift shows as a difference between rounds). Writes probe_prep.csv to --out (default $OUT or /tmp)
 after each case (a temporary file, then a rename). Not a recorded run: notebook 13 records what the lab quotes.
 """
@@ -56,8 +59,10 @@ def main() -> None:
     ap.add_argument("--form", action="append", default=[],
                     help="a probe build's defines, NAME=N[,NAME=N ...] (repeatable; default: KDA_PREP_LEAN=1)")
     ap.add_argument("--io", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--impl", default="kdreg", choices=["kdreg", "late"], help="07 -> 24 (kdreg) or 29 -> 30 (late)")
     a = ap.parse_args()
     forms = ((FORMS[0], *map(parse_form, a.form)) if a.form else FORMS)
+    label, prep = next((lab, steps[0]) for lab, impl, steps in fast.TC_IMPLS if impl == a.impl)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     B, H, K, V = 2, 16, 128, 128
     rows = []
@@ -68,7 +73,7 @@ def main() -> None:
             host = (lambda y: y.float().cpu().numpy()) if io == "bf16" else (lambda y: y.get())
             plans, ref = {}, None
             for form, pd_ in forms:
-                p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl="kdreg",
+                p = dk.prepare_tc(**x, initial_state=d["initial_state"], output_final_state=True, impl=a.impl,
                                   prep_defines=pd_)
                 p.poison()
                 o, s = p.run()
@@ -80,8 +85,8 @@ def main() -> None:
                 plans[form] = (p, same)
             for rnd in range(a.rounds):
                 for form, (p, same) in plans.items():
-                    for st, stage in (((1,), "07"), ((1, 2), "all")):
-                        rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation="07+24",
+                    for st, stage in (((1,), prep), ((1, 2), "all")):
+                        rows.append(_timed(lambda p=p, st=st: p.run(stages=st), a.budget, implementation=label,
                                            io=io, form=form, T=T, stage=stage, round=rnd, same_as_recorded=same))
             write_csv_atomic(pd.DataFrame(rows), Path(a.out) / "probe_prep.csv")
             del plans
