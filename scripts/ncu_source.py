@@ -11,7 +11,8 @@ Each LAUNCH is KERNEL:D:N:DTYPE[:causal] (B=2, H=8, registry default parameters;
 torch SDPA reference such as sdpa_flash), or delta:IMPL:T[:bf16][:prep] for the recurrence of a kda_tc
 impl (notebook 13; B=2, H=16, K=V=128, fp32, 07's output in place: `delta:tma2:4096`; a probe build with
 `:MACRO=N` items, `delta:kdreg:4096:KDA_E_SHARE=2`), with bf16 inputs
-(`:bf16`; a bf16-only impl such as 17's "single" gets them anyway), or its 07 instead (`:prep`). Every launch gets its own ncu run (SourceCounters and
+(`:bf16`; a bf16-only impl such as 17's "single" gets them anyway), or its 07 instead (`:prep`; the macros then
+07's or 29's, `delta:late:16384:prep:KDA_PREP_VEC=1`). Every launch gets its own ncu run (SourceCounters and
 WarpStateStats sections) over a worker that launches it once inside a profiler window after a
 warm-up. Writes under --out, per launch: <label>.ncu-rep, <label>.source.csv (ncu --page source
 --print-source sass --csv), <label>.details.csv, and a summary of the instructions with the most
@@ -58,7 +59,9 @@ def worker(e: dict) -> int:
 
         _, d = db.device_inputs(2, e["T"], 16, 128, 128, seed=0)
         d = fast.bf16_inputs(d) if e.get("bf16") else fast.probe_inputs(d, e["impl"])[0]
-        plan = dk.prepare_tc(**d, check_gate=False, impl=e["impl"], defines=e.get("defines"))
+        macros, prep = e.get("defines"), e.get("prep")   # with :prep, the macros are 07's (29's) probe build's
+        plan = dk.prepare_tc(**d, check_gate=False, impl=e["impl"], defines=None if prep else macros,
+                             prep_defines=macros if prep else None)
         plan.run()
         cp.cuda.Device().synchronize()
         cp.cuda.runtime.profilerStart()
