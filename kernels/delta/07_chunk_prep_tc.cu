@@ -64,7 +64,13 @@ static_assert(KDA_PREP_INV == 0 || KDA_PREP_INV == 1, "KDA_PREP_INV: 0 (as built
 
 #ifndef KDA_PREP_VEC
 #define KDA_PREP_VEC 0   // probe build (07 and 29; the same arithmetic): each row's q, k, g as 16-byte loads, four channels a
-#endif                   // thread, as step 31 builds them (1; kda_prep_body's VEC); or two channels, 8 bytes (0, as built)
+#endif                   // thread (1; kda_prep_body's VEC); or two channels, 8 bytes (0, as built). Its words are 07's bit
+                         // for bit (the CPU model; on an H100 o and the final state of 29 -> 30 too), but on that H100
+                         // (scripts/probe_delta_prep.py --impl late, not recorded) 29 ran about 5 % slower with it on fp32
+                         // inputs and no faster on bf16 ones; Nsight Compute's source view (scripts/ncu_source.py
+                         // delta:late:16384:prep:KDA_PREP_VEC=1) counted 3 % fewer instructions a warp and 9 % more stall
+                         // samples, more of them short-scoreboard (the group sums' shared-memory reads, one 16-byte read
+                         // a group in a loop kept rolled: unrolled, it spilled) and at barriers. Not made a step.
 static_assert(KDA_PREP_VEC == 0 || KDA_PREP_VEC == 1, "KDA_PREP_VEC: 0 (as built) or 1 (probe)");
 static_assert(!(KDA_PREP_VEC && KDA_PREP_LEAN), "KDA_PREP_LEAN steps 07's two-channel loads: not with KDA_PREP_VEC");
 
@@ -98,8 +104,8 @@ struct KdaPrepLayout {
 // the recurrence, stored to `ops` as the recurrence's shared-memory image (kda_ops_image, ops_image.cuh).
 // SIDE (21, and 07 beside 27: kda_chunk_prep_side): 21's grid order and ready flags without (unless OPS) the images.
 // INV (29, and the probe build KDA_PREP_INV of 07 and 21): the inverse's two diagonal blocks on every warp.
-// VEC (31, and the probe build KDA_PREP_VEC of 07 and 29): four channels a thread, 16-byte loads (not with OPS: 21's
-// image takes each thread's two channels of a row group).
+// VEC (the probe build KDA_PREP_VEC of 07 and 29): four channels a thread, 16-byte loads (not with OPS: 21's image
+// takes each thread's two channels of a row group).
 template <int K, int C, bool BF, bool A2, bool OPS, bool SIDE = OPS, bool INV = (KDA_PREP_INV != 0),
           bool VEC = (KDA_PREP_VEC != 0 && !OPS)>
 static __device__ __forceinline__ void
@@ -156,7 +162,7 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
 
     bool slow;   // the chunk's path (the exact one where a channel decays by more than 2^-100), decided below
     if constexpr (VEC) {
-        // ---- 31 (VEC): gates and operands with four channels a thread. Lane pair (2 m, 2 m + 1) of warp w owns the
+        // ---- VEC (probe build): gates and operands with four channels a thread. Lane pair (2 m, 2 m + 1) of warp w owns the
         // channel quad cv of row group grpv (07's groups: the same RPG rows, the same order of sums), the even lane its
         // first RPG / 2 rows and the odd lane the rest; each row's q, k, g are one 16-byte load each (8 on bf16 inputs)
         // in place of 07's two 8-byte ones, and each operand row's hi and lo words one 8-byte store each.
