@@ -513,6 +513,26 @@ def test_global_load_build_reproduces_24(fake_cupy, K, bv, T, init):
         assert label is None or (label, "kdreg", {"KDA_E_LDG": mode}) in fast.PROBE_BUILDS
 
 
+@pytest.mark.parametrize("impl", ["tile", "wide"])
+def test_global_load_builds_of_19_and_20_reproduce_them(fake_cupy, impl):
+    """KDA_E_LDG is a define of the loop 19, 20 and 24 share (wgmma_recurrence.cuh), so its builds of 19 (one
+    element-wise warpgroup) and 20 (two) compile too: with 1 (global loads, no staging tile) and 3 (those loads a chunk
+    ahead, into registers) they must write the recorded build's o and final state bit for bit (outputs poisoned, a
+    tail chunk, an initial state, an odd head count), as 24's do above."""
+    from attnlab.delta import kernels as dk
+
+    cp = fake_cupy
+    x = random_inputs(1, 70, 3, 128, 128, seed=198, gate="mixed", initial_state=True)
+    d = {n: cp.asarray(a) for n, a in x.items()}
+    o0, s0 = (a.get() for a in dk.prepare_tc(**d, output_final_state=True, impl=impl, bv=32).run())
+    assert rel(o0, kda_recurrent_fp64(**x)[0]) < TOL
+    for mode in (1, 3):
+        plan = dk.prepare_tc(**d, output_final_state=True, impl=impl, bv=32, defines={"KDA_E_LDG": mode})
+        plan.poison()
+        o, s = (a.get() for a in plan.run())
+        assert np.array_equal(o, o0) and np.array_equal(s, s0), f"{impl} with KDA_E_LDG={mode} must reproduce its build"
+
+
 @pytest.mark.parametrize("K, bv, T, H, gate, init", [(128, 32, 70, 3, "mixed", True), (64, 16, 33, 1, "strong", False),
                                                      (128, 16, 1, 1, "logsigmoid", True), (64, 32, 64, 2, "const", True)],
                          ids=["K128-T70-h0-H3", "K64-T33-bv16-strong", "K128-T1-h0", "K64-T64-const-h0"])
