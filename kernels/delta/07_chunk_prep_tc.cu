@@ -66,8 +66,8 @@ static_assert(KDA_PREP_INV == 0 || KDA_PREP_INV == 1, "KDA_PREP_INV: 0 (as built
 #define KDA_PREP_VEC 0   // probe build (07 and 29; the same arithmetic): each row's q, k, g as 16-byte loads, four channels a
 #endif                   // thread (1; kda_prep_body's VEC); or two channels, 8 bytes (0, as built). Its words are 07's bit
                          // for bit (the CPU model; on an H100 o and the final state of 29 -> 30 too), but on that H100
-                         // (scripts/probe_delta_prep.py --impl late, not recorded) 29 ran about 5 % slower with it on fp32
-                         // inputs and no faster on bf16 ones; Nsight Compute's source view (scripts/ncu_source.py
+                         // (scripts/probe_delta_prep.py --impl late, not recorded) 29 ran 3 to 5 % slower with it on fp32
+                         // inputs (T = 4096, 16384) and no faster on bf16 ones; Nsight Compute's source view (scripts/ncu_source.py
                          // delta:late:16384:prep:KDA_PREP_VEC=1) counted 3 % fewer instructions a warp and 9 % more stall
                          // samples, more of them short-scoreboard (the group sums' shared-memory reads, one 16-byte read
                          // a group in a loop kept rolled: unrolled, it spilled) and at barriers. Not made a step.
