@@ -13,15 +13,22 @@ T) it also has warps 1-7 store Aqk's words while warp 0 inverts. Same arithmetic
 bit for bit on the CPU model (tests/test_emu_delta_tc.py); on the GPU ptxas may fuse a product and a sum differently in
 the two builds, so o and the final state of 07 -> 24 are compared here and reported equal or not.
 The same holds for the probe builds that --form names (default: KDA_PREP_LEAN=1): KDA_PREP_INV puts the inverse on
-every warp (step 29's form: the barrier behind warp 0's inverse held a fifth of 07's stall samples); KDA_PREP_VEC loads
-four channels a thread, 16 bytes a row and array (29's Nsight Compute counters: MIO and LSU-queue throttles on fp32
-inputs, several times the bf16 form's); 07_chunk_prep_tc.cu says what each does. --impl late runs the same builds of 29
-(07 with the inverse on every warp) before 30 in place of 07 before 24.
+every warp (step 29's form: the barrier behind warp 0's inverse held a fifth of 07's stall samples); 07_chunk_prep_tc.cu
+says what each does. --impl late runs the same builds of 29 (07 with the inverse on every warp) before 30 in place of
+07 before 24.
+What did not help (KDA_PREP_VEC, a probe build measured at commit 82d1fe2 and since removed so that 07's and 29's
+recorded builds stay as they were: with it ptxas allocated their registers differently): four channels a thread, each
+row's q, k, g as one 16-byte load and each operand row's words as 8-byte stores, the sums in 07's order (its words 07's
+bit for bit). On an H100 (--impl late --form KDA_PREP_VEC=1, not recorded) 29 ran 3 to 5 % slower with it on fp32
+inputs at T = 4096 and 16384 and no faster on bf16 ones; Nsight Compute's source view (scripts/ncu_source.py
+delta:late:16384:prep:KDA_PREP_VEC=1) counted 3 % fewer instructions a warp and 9 % more stall samples, more of them
+short-scoreboard (the row groups' sums read from shared memory, 16 bytes at a time, in a loop kept rolled: unrolled, it
+spilled) and at barriers.
 
 At B=2, H=16, K=V=128, fp32 and bf16 inputs, each T: 07 alone and 07 -> 24 (or 29 and 29 -> 30), recorded and probe
-builds in turn,
---rounds times (drift shows as a difference between rounds). Writes probe_prep.csv to --out (default $OUT or /tmp)
-after each case (a temporary file, then a rename). Not a recorded run: notebook 13 records what the lab quotes.
+builds in turn, --rounds times (drift shows as a difference between rounds). Writes probe_prep.csv to --out (default
+$OUT or /tmp) after each case (a temporary file, then a rename). Not a recorded run: notebook 13 records what the lab
+quotes.
 """
 
 from __future__ import annotations

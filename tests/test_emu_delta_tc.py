@@ -237,8 +237,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
     tile by bulk copies (in place of KDA_O_LATE there), KDA_O_WARP by a ninth warp from that tile (24 on fp32 and bf16
     inputs, a build of its own) and KDA_RS_VPIN=1 copies 16's next v and beta after P4's issue; KDA_PREP_LEAN (a build of
     its own, 07 in its recorded layout) steps one offset a row for 07's and 21's loads and has 07 store Aqk during the
-    inverse, its zero blocks written by the copy out, and with KDA_PREP_INV the inverse on every warp; KDA_PREP_VEC (a
-    build of its own) has 07 load four channels a thread: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22,
+    inverse, its zero blocks written by the copy out, and with KDA_PREP_INV the inverse on every warp: every kernel of the harness (07 -> 08-20, 23, 24 and 21 -> 22,
     fp32 and bf16 inputs) must write the recorded build's o and final state bit for bit. Three chunks
     and a tail with an initial state, so that P1 multiplies a nonzero state and P4's update is read back (a
     fragment from the wrong rows, channels or hi / lo half is 1e-3 or more away)."""
@@ -249,8 +248,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
                                                        "-DKDA_KD_EARLY=1", "-DKDA_STAGE_RING=1", "-DKDA_O_LATE=1",
                                                        "-DKDA_O_BULK=1", "-DKDA_RS_VPIN=1")),
                           ("store warp", ("-DKDA_O_WARP=1",)),
-                          ("lean", ("-DKDA_PREP_LEAN=1", "-DKDA_PREP_INV=1")),   # 07 aliased (ALIAS=0 above is not)
-                          ("vec", ("-DKDA_PREP_VEC=1",))):   # (not with LEAN: VEC replaces the loads LEAN steps)
+                          ("lean", ("-DKDA_PREP_LEAN=1", "-DKDA_PREP_INV=1"))):   # 07 aliased (ALIAS=0 above is not)
         d = tmp_path / name
         d.mkdir()
         for n in ("q", "k", "v", "g", "beta"):
@@ -262,7 +260,7 @@ def test_register_operand_probe_builds_reproduce_the_recorded_builds(harness, tm
         outs[name] = {p.name: p.read_bytes() for p in d.iterdir() if p.name.endswith(("_o", "_ht"))}
     for tag in ("tl", "tlb", "pr", "prb", "dt", "wg", "sgb", "hl", "kr", "krb"):   # 19, 22 (both inputs), 15, 13, 17, 23, 24
         assert f"{tag}_o" in outs["recorded"], f"the harness no longer writes {tag}_o"
-    for probe in ("probe", "lean", "store warp", "vec"):
+    for probe in ("probe", "lean", "store warp"):
         assert outs[probe].keys() == outs["recorded"].keys()
         differ = sorted(n for n in outs["recorded"] if outs[probe][n] != outs["recorded"][n])
         assert not differ, f"{probe} builds differ from the recorded builds in {differ}"
@@ -729,8 +727,8 @@ def test_register_operand_probe_forms_through_the_launcher(fake_cupy):
 def test_lean_prep_probe_through_the_launcher(fake_cupy):
     """scripts/probe_delta_prep.py's forms of 07 through kda_tc's launch path on the CPU model (a tail chunk, an odd
     head count): the probe build's define reaches 07's build, and 07 -> 24 writes the recorded build's o and final state
-    bit for bit (bf16 inputs: the harness's test above, whose lean build runs 07 -> 24 on both); and so do 29 -> 30 and
-    29's build with four channels a thread (KDA_PREP_VEC, --impl late's form)."""
+    bit for bit (bf16 inputs: the harness's test above, whose lean build runs 07 -> 24 on both); and (--impl late) 29's
+    probe build of the same define reaches 29's build, 29 -> 30 writing 07 -> 24's o and final state."""
     from attnlab.delta import kernels as dk
 
     probe_delta_prep = _script("probe_delta_prep")
@@ -747,8 +745,7 @@ def test_lean_prep_probe_through_the_launcher(fake_cupy):
         ref = ref or (o, s)
         assert np.array_equal(o, ref[0]) and np.array_equal(s, ref[1]), form
     assert rel(ref[0], kda_recurrent_fp64(**x, output_final_state=True)[0]) < TOL
-    # --impl late: 29's probe build with four channels a thread (KDA_PREP_VEC) writes 29's words, and 29 -> 30 07 -> 24's
-    for prep_defines in (None, {"KDA_PREP_VEC": 1}):
+    for prep_defines in (None, probe_delta_prep.FORMS[1][1]):   # --impl late: 29's builds
         plan = dk.prepare_tc(**d, output_final_state=True, impl="late", prep_defines=prep_defines)
         assert plan.kernels["prep"].function == "kda_chunk_prep_inv" and plan.kernels["prep"].defines == (prep_defines or {})
         plan.poison()

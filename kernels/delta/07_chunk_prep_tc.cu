@@ -62,18 +62,6 @@ static_assert(KDA_PREP_LEAN == 0 || KDA_PREP_LEAN == 1, "KDA_PREP_LEAN: 0 (as bu
 #endif                   // as step 29 builds them (1; kda_prep_body's INV); or on warp 0 alone (0, as built)
 static_assert(KDA_PREP_INV == 0 || KDA_PREP_INV == 1, "KDA_PREP_INV: 0 (as built) or 1 (probe)");
 
-#ifndef KDA_PREP_VEC
-#define KDA_PREP_VEC 0   // probe build (07 and 29; the same arithmetic): each row's q, k, g as 16-byte loads, four channels a
-#endif                   // thread (1; kda_prep_body's VEC); or two channels, 8 bytes (0, as built). Its words are 07's bit
-                         // for bit (the CPU model; on an H100 o and the final state of 29 -> 30 too), but on that H100
-                         // (scripts/probe_delta_prep.py --impl late, not recorded) 29 ran 3 to 5 % slower with it on fp32
-                         // inputs (T = 4096, 16384) and no faster on bf16 ones; Nsight Compute's source view (scripts/ncu_source.py
-                         // delta:late:16384:prep:KDA_PREP_VEC=1) counted 3 % fewer instructions a warp and 9 % more stall
-                         // samples, more of them short-scoreboard (the group sums' shared-memory reads, one 16-byte read
-                         // a group in a loop kept rolled: unrolled, it spilled) and at barriers. Not made a step.
-static_assert(KDA_PREP_VEC == 0 || KDA_PREP_VEC == 1, "KDA_PREP_VEC: 0 (as built) or 1 (probe)");
-static_assert(!(KDA_PREP_VEC && KDA_PREP_LEAN), "KDA_PREP_LEAN steps 07's two-channel loads: not with KDA_PREP_VEC");
-
 template <int K, int C, bool ALIAS = false>   // ALIAS: the late arrays share the operands' space (07; 21 on bf16)
 struct KdaPrepLayout {
     static constexpr bool AL = ALIAS;
@@ -104,10 +92,7 @@ struct KdaPrepLayout {
 // the recurrence, stored to `ops` as the recurrence's shared-memory image (kda_ops_image, ops_image.cuh).
 // SIDE (21, and 07 beside 27: kda_chunk_prep_side): 21's grid order and ready flags without (unless OPS) the images.
 // INV (29, and the probe build KDA_PREP_INV of 07 and 21): the inverse's two diagonal blocks on every warp.
-// VEC (the probe build KDA_PREP_VEC of 07 and 29): four channels a thread, 16-byte loads (not with OPS: 21's image
-// takes each thread's two channels of a row group).
-template <int K, int C, bool BF, bool A2, bool OPS, bool SIDE = OPS, bool INV = (KDA_PREP_INV != 0),
-          bool VEC = (KDA_PREP_VEC != 0 && !OPS)>
+template <int K, int C, bool BF, bool A2, bool OPS, bool SIDE = OPS, bool INV = (KDA_PREP_INV != 0)>
 static __device__ __forceinline__ void
 kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<BF>::T* __restrict__ k,
               const typename KdaIn<BF>::T* __restrict__ g, const typename KdaIn<BF>::T* __restrict__ beta,
@@ -160,191 +145,92 @@ kda_prep_body(const typename KdaIn<BF>::T* __restrict__ q, const typename KdaIn<
     if (tid == 0) *sFlag = 0;
     if (tid < C) sBeta[tid] = (t0 + tid < TT) ? kda_ld1<BF>(beta + (b * TT + t0 + tid) * H + h) : 0.0f;
 
-    bool slow;   // the chunk's path (the exact one where a channel decays by more than 2^-100), decided below
-    if constexpr (VEC) {
-        // ---- VEC (probe build): gates and operands with four channels a thread. Lane pair (2 m, 2 m + 1) of warp w owns the
-        // channel quad cv of row group grpv (07's groups: the same RPG rows, the same order of sums), the even lane its
-        // first RPG / 2 rows and the odd lane the rest; each row's q, k, g are one 16-byte load each (8 on bf16 inputs)
-        // in place of 07's two 8-byte ones, and each operand row's hi and lo words one 8-byte store each.
-        constexpr int WPG = K / 64;   // warps per row group: 16 quads a warp
-        constexpr int RH = RPG / 2;   // rows a lane
-        static_assert(NQ * WPG == L::NW && RPG % 2 == 0, "a row group is K / 64 warps of 16 lane pairs");
-        const int half = lane & 1, grpv = warp / WPG;
-        const int cv = 4 * (16 * (warp % WPG) + lane / 2), rv = grpv * RPG + half * RH;
-        float Gv[RH][4];
-        typename KdaRaw4<BF>::T vq[RH], vk[RH];
-        {
-            typename KdaRaw4<BF>::T vg[RH];
-#pragma unroll
-            for (int ii = 0; ii < RH; ++ii) {   // every row's loads first (07's order), the sums after
-                const long long tt = t0 + rv + ii;
-                vg[ii] = vq[ii] = vk[ii] = kda_raw4_zero<BF>();
-                if (tt < TT) {
-                    const long long o = kda_bthd(b, tt, h, cv, TT, H, K);
-                    vg[ii] = kda_raw4<BF>(g + o);
-                    vq[ii] = kda_raw4<BF>(q + o);
-                    vk[ii] = kda_raw4<BF>(k + o);
-                }
-            }
-            // The group's running sums in 07's order: the even lane's rows from zero; the odd lane's continue from the
-            // even lane's last (a second pass on every lane, from zero on the even ones: the same sums again there).
-            float run[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int ii = 0; ii < RH; ++ii) {
-                const float4 gg = kda_widen4<BF>(vg[ii]);
-                run[0] += gg.x * KDA_LOG2E; run[1] += gg.y * KDA_LOG2E;
-                run[2] += gg.z * KDA_LOG2E; run[3] += gg.w * KDA_LOG2E;
-            }
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const float from = __shfl_sync(ATTNLAB_FULL_MASK, run[c], lane & ~1);
-                run[c] = half ? from : 0.0f;
-            }
-#pragma unroll
-            for (int ii = 0; ii < RH; ++ii) {
-                const float4 gg = kda_widen4<BF>(vg[ii]);
-                run[0] += gg.x * KDA_LOG2E; run[1] += gg.y * KDA_LOG2E;
-                run[2] += gg.z * KDA_LOG2E; run[3] += gg.w * KDA_LOG2E;
-                Gv[ii][0] = run[0]; Gv[ii][1] = run[1]; Gv[ii][2] = run[2]; Gv[ii][3] = run[3];
-            }
-            if (half) *reinterpret_cast<float4*>(sTot + grpv * K + cv) = make_float4(run[0], run[1], run[2], run[3]);
-        }
-        __syncthreads();   // group sums, beta, zeroed T / Aqk visible
-        KDA_PH(1);
-        float gl[4] = {0.f, 0.f, 0.f, 0.f};   // the sums of the groups so far: the row group's offset at q2 = grpv
-#pragma unroll 1
-        for (int q2 = 0; q2 < NQ; ++q2) {
-            if (q2 == grpv) {   // G = the group's running sum + the offset (07's one addition, made here)
-#pragma unroll
-                for (int ii = 0; ii < RH; ++ii)
-#pragma unroll
-                    for (int c = 0; c < 4; ++c) Gv[ii][c] += gl[c];
-            }
-            const float4 tq = *reinterpret_cast<const float4*>(sTot + q2 * K + cv);
-            gl[0] += tq.x; gl[1] += tq.y; gl[2] += tq.z; gl[3] += tq.w;
-        }
-        if (!(gl[0] >= FAST_MIN_G && gl[1] >= FAST_MIN_G && gl[2] >= FAST_MIN_G && gl[3] >= FAST_MIN_G)) *sFlag = 1;
-        __syncthreads();   // the chunk's path is decided
-        KDA_PH(2);
-        slow = *sFlag != 0;
-#pragma unroll
-        for (int ii = 0; ii < RH; ++ii) {
-            const int i = rv + ii;
-            const float4 qv = kda_widen4<BF>(vq[ii]), kv = kda_widen4<BF>(vk[ii]);
-            const float G0 = Gv[ii][0], G1 = Gv[ii][1], G2 = Gv[ii][2], G3 = Gv[ii][3];
-            if (!slow) {
-                const float bi = sBeta[i];
-                const int w = i * LK + cv / 2;
-                U2 qh, ql, bh, bl, rh, rl;   // a row's words, channel pairs (cv, cv + 1) in .x, (cv + 2, cv + 3) in .y
-                {
-                    const float e0 = fast_exp2(G0), e1 = fast_exp2(G1), rr0 = fast_exp2(-G0), rr1 = fast_exp2(-G1);
-                    split_bf16x2(scale * qv.x * e0, scale * qv.y * e1, qh.x, ql.x);
-                    split_bf16x2(bi * kv.x * e0, bi * kv.y * e1, bh.x, bl.x);
-                    split_bf16x2(kv.x * rr0, kv.y * rr1, rh.x, rl.x);
-                }
-                {
-                    const float e2 = fast_exp2(G2), e3 = fast_exp2(G3), rr2 = fast_exp2(-G2), rr3 = fast_exp2(-G3);
-                    split_bf16x2(scale * qv.z * e2, scale * qv.w * e3, qh.y, ql.y);
-                    split_bf16x2(bi * kv.z * e2, bi * kv.w * e3, bh.y, bl.y);
-                    split_bf16x2(kv.z * rr2, kv.w * rr3, rh.y, rl.y);
-                }
-                *reinterpret_cast<U2*>(QgH + w) = qh; *reinterpret_cast<U2*>(QgL + w) = ql;
-                *reinterpret_cast<U2*>(KbH + w) = bh; *reinterpret_cast<U2*>(KbL + w) = bl;
-                *reinterpret_cast<U2*>(KrH + w) = rh; *reinterpret_cast<U2*>(KrL + w) = rl;
-            } else {
-                *reinterpret_cast<float4*>(sG2 + i * K + cv) = make_float4(G0, G1, G2, G3);
-                *reinterpret_cast<float4*>(sQx + i * K + cv) = qv;
-                *reinterpret_cast<float4*>(sKx + i * K + cv) = kv;
-            }
-        }
-    } else {
-        // ---- gates: thread (pp, grp) owns channels c0, c0+1 of rows r0 .. r0 + RPG - 1
-        const int pp = tid % (K / 2), grp = tid / (K / 2);
-        const int c0 = 2 * pp, r0 = grp * RPG;
-        float G[RPG][2];
-        typename KdaRaw2<BF>::T xq[RPG], xk[RPG];   // as loaded: widened after the barrier (delta_io.cuh)
-        {
-            // every row's loads first, the running sums after: a sum that widens row ii's g before row
-            // ii + 1 is loaded makes each row wait for the last (on the bf16 path the widening sat inside
-            // each row's branch: Nsight Compute counted 3.5x fp32's long-scoreboard stalls per issue)
-            typename KdaRaw2<BF>::T xg[RPG];
-            if constexpr (KDA_PREP_LEAN) {
-                // one offset stepped a row (H K elements) at a time, no branch: rows past T re-read the last row (a group
-                // with none in range, row 0 of the chunk) and are zeroed after their loads
-                const long long left = TT - (t0 + r0), rs = (long long)H * K;
-                long long o = kda_bthd(b, left > 0 ? t0 + r0 : t0, h, c0, TT, H, K);
-#pragma unroll
-                for (int ii = 0; ii < RPG; ++ii) {
-                    xg[ii] = kda_raw2<BF>(g + o); xq[ii] = kda_raw2<BF>(q + o); xk[ii] = kda_raw2<BF>(k + o);
-                    if (ii + 1 < left) o += rs;
-                }
-#pragma unroll
-                for (int ii = 0; ii < RPG; ++ii)
-                    if (ii >= left) xg[ii] = xq[ii] = xk[ii] = kda_raw2_zero<BF>();
-            } else {
-#pragma unroll
-                for (int ii = 0; ii < RPG; ++ii) {
-                    const long long tt = t0 + r0 + ii;
-                    xg[ii] = xq[ii] = xk[ii] = kda_raw2_zero<BF>();
-                    if (tt < TT) {
-                        const long long o = kda_bthd(b, tt, h, c0, TT, H, K);
-                        xg[ii] = kda_raw2<BF>(g + o);
-                        xq[ii] = kda_raw2<BF>(q + o);
-                        xk[ii] = kda_raw2<BF>(k + o);
-                    }
-                }
-            }
-            float run0 = 0.f, run1 = 0.f;
+    // ---- gates: thread (pp, grp) owns channels c0, c0+1 of rows r0 .. r0 + RPG - 1
+    const int pp = tid % (K / 2), grp = tid / (K / 2);
+    const int c0 = 2 * pp, r0 = grp * RPG;
+    float G[RPG][2];
+    typename KdaRaw2<BF>::T xq[RPG], xk[RPG];   // as loaded: widened after the barrier (delta_io.cuh)
+    {
+        // every row's loads first, the running sums after: a sum that widens row ii's g before row
+        // ii + 1 is loaded makes each row wait for the last (on the bf16 path the widening sat inside
+        // each row's branch: Nsight Compute counted 3.5x fp32's long-scoreboard stalls per issue)
+        typename KdaRaw2<BF>::T xg[RPG];
+        if constexpr (KDA_PREP_LEAN) {
+            // one offset stepped a row (H K elements) at a time, no branch: rows past T re-read the last row (a group
+            // with none in range, row 0 of the chunk) and are zeroed after their loads
+            const long long left = TT - (t0 + r0), rs = (long long)H * K;
+            long long o = kda_bthd(b, left > 0 ? t0 + r0 : t0, h, c0, TT, H, K);
 #pragma unroll
             for (int ii = 0; ii < RPG; ++ii) {
-                const float2 gg = kda_widen2<BF>(xg[ii]);
-                run0 += gg.x * KDA_LOG2E;
-                run1 += gg.y * KDA_LOG2E;
-                G[ii][0] = run0; G[ii][1] = run1;
+                xg[ii] = kda_raw2<BF>(g + o); xq[ii] = kda_raw2<BF>(q + o); xk[ii] = kda_raw2<BF>(k + o);
+                if (ii + 1 < left) o += rs;
             }
-            sTot[grp * K + c0] = run0;
-            sTot[grp * K + c0 + 1] = run1;
-        }
-        __syncthreads();   // group sums, beta, zeroed T / Aqk visible
-        KDA_PH(1);
-        float off0 = 0.f, off1 = 0.f, gl0 = 0.f, gl1 = 0.f;
 #pragma unroll
-        for (int q2 = 0; q2 < NQ; ++q2) {
-            if (q2 == grp) { off0 = gl0; off1 = gl1; }
-            gl0 += sTot[q2 * K + c0];
-            gl1 += sTot[q2 * K + c0 + 1];
+            for (int ii = 0; ii < RPG; ++ii)
+                if (ii >= left) xg[ii] = xq[ii] = xk[ii] = kda_raw2_zero<BF>();
+        } else {
+#pragma unroll
+            for (int ii = 0; ii < RPG; ++ii) {
+                const long long tt = t0 + r0 + ii;
+                xg[ii] = xq[ii] = xk[ii] = kda_raw2_zero<BF>();
+                if (tt < TT) {
+                    const long long o = kda_bthd(b, tt, h, c0, TT, H, K);
+                    xg[ii] = kda_raw2<BF>(g + o);
+                    xq[ii] = kda_raw2<BF>(q + o);
+                    xk[ii] = kda_raw2<BF>(k + o);
+                }
+            }
         }
-        if (!(gl0 >= FAST_MIN_G && gl1 >= FAST_MIN_G)) *sFlag = 1;
-        __syncthreads();   // the chunk's path is decided
-        KDA_PH(2);
-        slow = *sFlag != 0;
-
-        // ---- operands
+        float run0 = 0.f, run1 = 0.f;
 #pragma unroll
         for (int ii = 0; ii < RPG; ++ii) {
-            const int i = r0 + ii;
-            const float2 qv = kda_widen2<BF>(xq[ii]), kv = kda_widen2<BF>(xk[ii]);
-            const float G0 = G[ii][0] + off0, G1 = G[ii][1] + off1;
-            if (!slow) {
-                const float e0 = fast_exp2(G0), e1 = fast_exp2(G1), rr0 = fast_exp2(-G0), rr1 = fast_exp2(-G1);
-                const float bi = sBeta[i];
-                unsigned hw, lw;
-                split_bf16x2(scale * qv.x * e0, scale * qv.y * e1, hw, lw);
-                QgH[i * LK + pp] = hw; QgL[i * LK + pp] = lw;
-                split_bf16x2(bi * kv.x * e0, bi * kv.y * e1, hw, lw);
-                KbH[i * LK + pp] = hw; KbL[i * LK + pp] = lw;
-                split_bf16x2(kv.x * rr0, kv.y * rr1, hw, lw);
-                KrH[i * LK + pp] = hw; KrL[i * LK + pp] = lw;
-            } else {
-                *reinterpret_cast<float2*>(sG2 + i * K + c0) = make_float2(G0, G1);
-                *reinterpret_cast<float2*>(sQx + i * K + c0) = qv;
-                *reinterpret_cast<float2*>(sKx + i * K + c0) = kv;
-            }
+            const float2 gg = kda_widen2<BF>(xg[ii]);
+            run0 += gg.x * KDA_LOG2E;
+            run1 += gg.y * KDA_LOG2E;
+            G[ii][0] = run0; G[ii][1] = run1;
         }
-        if constexpr (OPS)   // 21: this thread's share of the recurrence's operand image
-            kda_ops_image<K, RPG, BF>(ops + (((long long)b * H + h) * NC + n) * kda_ops_image_bytes(K, !BF), c0, r0, G, xq, xk,
-                                      off0, off1, gl0, gl1, scale);
+        sTot[grp * K + c0] = run0;
+        sTot[grp * K + c0 + 1] = run1;
     }
+    __syncthreads();   // group sums, beta, zeroed T / Aqk visible
+    KDA_PH(1);
+    float off0 = 0.f, off1 = 0.f, gl0 = 0.f, gl1 = 0.f;
+#pragma unroll
+    for (int q2 = 0; q2 < NQ; ++q2) {
+        if (q2 == grp) { off0 = gl0; off1 = gl1; }
+        gl0 += sTot[q2 * K + c0];
+        gl1 += sTot[q2 * K + c0 + 1];
+    }
+    if (!(gl0 >= FAST_MIN_G && gl1 >= FAST_MIN_G)) *sFlag = 1;
+    __syncthreads();   // the chunk's path is decided
+    KDA_PH(2);
+    const bool slow = *sFlag != 0;
+
+    // ---- operands
+#pragma unroll
+    for (int ii = 0; ii < RPG; ++ii) {
+        const int i = r0 + ii;
+        const float2 qv = kda_widen2<BF>(xq[ii]), kv = kda_widen2<BF>(xk[ii]);
+        const float G0 = G[ii][0] + off0, G1 = G[ii][1] + off1;
+        if (!slow) {
+            const float e0 = fast_exp2(G0), e1 = fast_exp2(G1), rr0 = fast_exp2(-G0), rr1 = fast_exp2(-G1);
+            const float bi = sBeta[i];
+            unsigned hw, lw;
+            split_bf16x2(scale * qv.x * e0, scale * qv.y * e1, hw, lw);
+            QgH[i * LK + pp] = hw; QgL[i * LK + pp] = lw;
+            split_bf16x2(bi * kv.x * e0, bi * kv.y * e1, hw, lw);
+            KbH[i * LK + pp] = hw; KbL[i * LK + pp] = lw;
+            split_bf16x2(kv.x * rr0, kv.y * rr1, hw, lw);
+            KrH[i * LK + pp] = hw; KrL[i * LK + pp] = lw;
+        } else {
+            *reinterpret_cast<float2*>(sG2 + i * K + c0) = make_float2(G0, G1);
+            *reinterpret_cast<float2*>(sQx + i * K + c0) = qv;
+            *reinterpret_cast<float2*>(sKx + i * K + c0) = kv;
+        }
+    }
+    if constexpr (OPS)   // 21: this thread's share of the recurrence's operand image
+        kda_ops_image<K, RPG, BF>(ops + (((long long)b * H + h) * NC + n) * kda_ops_image_bytes(K, !BF), c0, r0, G, xq, xk,
+                                  off0, off1, gl0, gl1, scale);
     __syncthreads();
     KDA_PH(3);
 

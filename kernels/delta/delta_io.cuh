@@ -36,29 +36,6 @@ template <bool BF>
 static __device__ __forceinline__ float kda_widen1(typename KdaIn<BF>::T x) {
     if constexpr (BF) return bf16_to_float(x); else return x;
 }
-// Four adjacent elements as loaded (31's gates): a float4, or two words of two bf16 each.
-template <bool BF> struct KdaRaw4 { using T = float4; };
-template <> struct KdaRaw4<true> { using T = uint2; };
-
-// p 16-byte aligned for fp32, 8-byte for bf16
-template <bool BF>
-static __device__ __forceinline__ typename KdaRaw4<BF>::T kda_raw4(const typename KdaIn<BF>::T* p) {
-    if constexpr (BF) return *reinterpret_cast<const uint2*>(p);
-    else return *reinterpret_cast<const float4*>(p);
-}
-template <bool BF>
-static __device__ __forceinline__ typename KdaRaw4<BF>::T kda_raw4_zero() {
-    if constexpr (BF) return make_uint2(0u, 0u); else return make_float4(0.f, 0.f, 0.f, 0.f);
-}
-template <bool BF>
-static __device__ __forceinline__ float4 kda_widen4(typename KdaRaw4<BF>::T w) {
-    if constexpr (BF) {
-        const float2 a = kda_widen2<true>(w.x), b = kda_widen2<true>(w.y);
-        return make_float4(a.x, a.y, b.x, b.y);
-    } else {
-        return w;
-    }
-}
 // Two adjacent elements as fp32, loaded and widened at once.
 template <bool BF>
 static __device__ __forceinline__ float2 kda_ld2(const typename KdaIn<BF>::T* p) {

@@ -41,8 +41,6 @@ struct alignas(8) float2 { float x, y; };
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
-struct alignas(8) uint2 { unsigned x, y; };
-inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
 using std::min;
 
 #define __global__
