@@ -1044,6 +1044,51 @@ def test_generated_fp32_image_lines_quote_the_tables():
     assert len(fast.describe_fp32_images(lat, mem.iloc[:0], 16384)) == 2   # no memory rows: no workspace line
 
 
+def test_coresident_layouts_count_blocks_beside_each_recurrence():
+    """fast.coresident_layouts: no block of 29 fits beside one of 30 (fp32), one of 21 beside 22 on fp32 inputs and two
+    on bf16 (21's header), and shedding the stated bytes from the recurrence's layout is exactly what one (two) more
+    need: a granule less is not enough."""
+    from attnlab.delta import fast
+
+    lay = fast.coresident_layouts(128, 128, 32).set_index("call")
+    assert list(lay["fit_beside"]) == [0, 1, 2]
+    for call, r in lay.iterrows():
+        for n, shed in ((1, r.shed_for_one), (2, r.shed_for_two)):
+            if shed:
+                assert fast._blocks_beside(r.recurrence_bytes - shed, r.token_parallel_bytes, "sm_90")[0] == n
+                assert fast._blocks_beside(r.recurrence_bytes - shed + 128, r.token_parallel_bytes, "sm_90")[0] == n - 1
+            else:
+                assert r.fit_beside >= n
+
+
+def test_generated_coresidency_lines_quote_the_tables():
+    """fast.describe_coresidency: 29 -> 30, 30 alone, and 29 -> 30 with 29 hidden as much as 21 was beside 22 (against
+    one after the other on fp32, the stages' sum on bf16), each against goal x fla; nothing without 29 -> 30 or fla."""
+    import pandas as pd
+
+    from attnlab.delta import fast
+
+    row = lambda impl, stage, ms, dtype="fp32": dict(implementation=impl, dtype=dtype, T=16384, stage=stage, median_ms=ms)
+    lat = pd.DataFrame([row("29+30", "all", 1.20), row("29+30", "29", 0.30), row("29+30", "30", 0.90),
+                        row("21+22", "all", 1.30), row("21+22", "21", 0.60), row("21+22", "22", 0.65),
+                        row("21+22 one after the other", "all", 1.24),
+                        row("21+22 bf16 I/O", "all", 0.70, "bf16"), row("21+22 bf16 I/O", "21", 0.40, "bf16"),
+                        row("21+22 bf16 I/O", "22", 0.50, "bf16"), row(fast.FLA_GRAPH, "all", 1.90, "bf16")])
+    lines = fast.describe_coresidency(lat, 16384, 128, 128, 32)
+    assert len(lines) == 4 and lines[0].startswith("- Shared memory at K=128, BV=32: a block of 30 takes 206880 bytes")
+    assert lines[1] == (f"- At T=16384, fla takes 1.900 ms (bf16, {fast.FLA_GRAPH}) and 29 → 30 1.200 ms: 1.58× fla, 1.9× "
+                        "missed (needs ≤ 1.000 ms); 29 alone 0.300 ms, 30 alone 0.900 ms. With 29 hidden entirely the "
+                        "call would take 30's time: 2.11× fla, 1.9× met (needs ≤ 1.000 ms).")
+    assert "side by side 1.300 ms against 1.240 ms (one after the other), so side by side lost 10% of 21's 0.600 ms" in lines[2]
+    assert "29 → 30 losing that share of 29: 1.200 + 0.10 × 0.300 = 1.230 ms, 1.54× fla, 1.9× missed" in lines[2]
+    assert "side by side 0.700 ms against 0.900 ms (21 and 22 each alone), so 50% of 21's 0.400 ms" in lines[3]
+    assert lines[3].endswith("1.200 - 0.50 × 0.300 = 1.050 ms, 1.81× fla, 1.9× missed (needs ≤ 1.000 ms); with 2 of "
+                             "29's blocks beside each of 30's, which needs 30 to shed 85632 bytes.")
+    assert fast.describe_coresidency(lat[lat["stage"] != "29"], 16384, 128, 128, 32) == []
+    assert fast.describe_coresidency(lat[lat["implementation"] != fast.FLA_GRAPH], 16384, 128, 128, 32) == []
+    assert len(fast.describe_coresidency(lat[~lat["implementation"].str.contains("bf16")], 16384, 128, 128, 32)) == 3
+
+
 def test_stress_diff_map_locates_differences():
     """scripts/stress_delta.py maps the elements where two runs differ to (b, h, chunk, value block),
     with the chunk's rows and the block's columns that differ as bit masks (fp32 and bf16 bits)."""

@@ -968,6 +968,87 @@ def describe_fp32_images(latency: pd.DataFrame, memory: pd.DataFrame, T: int, bo
     return lines
 
 
+#: what co-residency would hide: the fp32 call whose token-parallel half (29) would run on its recurrence's (30's) SMs,
+#: and the pairs that did run side by side in notebook 13's table, each (label, dtype, token-parallel stage,
+#: recurrence stage, the time it is set against: "one after the other" where that call was timed, else the two
+#: stages' sum, each timed alone)
+CORES_CALL, CORES_STEPS = "29+30", ("29", "30")
+CORES_PAIRS = ((FP32_IMAGES, "fp32", "21", "22"), ("21+22 bf16 I/O", "bf16", "21", "22"))
+
+
+def _blocks_beside(big: int, small: int, arch: str) -> tuple[int, dict]:
+    """Blocks of ``small`` bytes of dynamic shared memory that fit on one SM beside one block of ``big`` (the largest
+    carveout, each block's reserve, the allocation granularity: :mod:`attnlab.occupancy`'s ArchSpec), and the bytes
+    the big block would have to shed for one and for two."""
+    from .. import occupancy
+
+    spec = occupancy.arch_spec(arch)
+    alloc = lambda b: -(-(b + spec.smem_reserved_per_block) // spec.smem_granularity) * spec.smem_granularity
+    room = spec.smem_per_sm - alloc(big)
+    return max(room // alloc(small), 0), {n: max(n * alloc(small) - room, 0) for n in (1, 2)}
+
+
+def coresident_layouts(K: int, V: int, BV: int, arch: str = "sm_90") -> pd.DataFrame:
+    """Shared memory of each recurrence and the token-parallel kernel that would share its SMs (launch sizes from
+    :mod:`.kernels`' layouts): 30 with 29 (fp32 inputs; ``CORES_CALL``), 22 with 21 on fp32 and on bf16 inputs
+    (``CORES_PAIRS``, which ran side by side), and how many blocks of the second fit beside one of the first."""
+    rows = []
+    for call, dtype, big, small in (
+            (CORES_CALL, "fp32", 4 * dk.tile_smem_words(K, V, BV), 4 * dk.prep_smem_words(K)),
+            (CORES_PAIRS[0][0], "fp32", 4 * dk.pre_smem_words(K, V, BV, bf16=False),
+             4 * dk.prep_smem_words(K, alias=dk.prep_alias(False, None, ops=True))),
+            (CORES_PAIRS[1][0], "bf16", 4 * dk.pre_smem_words(K, V, BV, bf16=True),
+             4 * dk.prep_smem_words(K, alias=dk.prep_alias(True, None, ops=True)))):
+        fits, shed = _blocks_beside(big, small, arch)
+        rows.append(dict(call=call, dtype=dtype, recurrence_bytes=big, token_parallel_bytes=small, fit_beside=fits,
+                         shed_for_one=shed[1], shed_for_two=shed[2]))
+    return pd.DataFrame(rows)
+
+
+def describe_coresidency(latency: pd.DataFrame, T: int, K: int, V: int, BV: int, goal: float = 1.9,
+                         arch: str = "sm_90") -> list[str]:
+    """Generated lines on running 29 on 30's SMs (co-residency, the lever notebook 13 leaves unbuilt): whether a block
+    of 29 fits beside one of 30 (:func:`coresident_layouts`), the call if 29 were hidden entirely (30 alone), and the
+    call if 29 were hidden as much as 21 was beside 22 in this table (side by side against one after the other, or
+    against the two stages' sum), each against ``goal``x fla (bf16, its faster call). These are bounds and scalings
+    of recorded times, not measurements of such a kernel. Empty where 29 -> 30 or fla is missing."""
+    call = _ms(latency, CORES_CALL, T)
+    t29, t30 = (_stage_ms(latency, CORES_CALL, T, s) for s in CORES_STEPS)
+    fla, who = fla_ms(latency, T)
+    if not np.isfinite([call, t29, t30, fla]).all():
+        return []
+    allow = fla / goal
+    verdict = lambda ms: f"{fla / ms:.2f}× fla, {goal:g}× {'met' if ms <= allow else 'missed'} (needs ≤ {allow:.3f} ms)"
+    lay = coresident_layouts(K, V, BV, arch).set_index("call")
+    r = lay.loc[CORES_CALL]
+    lines = [f"- Shared memory at K={K}, BV={BV}: a block of 30 takes {r.recurrence_bytes} bytes, one of 29 "
+             f"{r.token_parallel_bytes}; " + (f"{r.fit_beside} of 29 fit beside one of 30." if r.fit_beside else
+             f"none of 29 fits beside one of 30: one would need 30 to shed {r.shed_for_one} bytes "
+             f"({r.shed_for_one / r.recurrence_bytes:.0%} of its layout), two {r.shed_for_two} "
+             f"({r.shed_for_two / r.recurrence_bytes:.0%})."),
+             f"- At T={T}, fla takes {fla:.3f} ms (bf16, {who}) and 29 → 30 {call:.3f} ms: {verdict(call)}; 29 alone "
+             f"{t29:.3f} ms, 30 alone {t30:.3f} ms. "
+             f"With 29 hidden entirely the call would take 30's time: {verdict(t30)}."]
+    for label, dtype, tp, rec in CORES_PAIRS:
+        side, a, b = _ms(latency, label, T, dtype), *(_stage_ms(latency, label, T, s, dtype) for s in (tp, rec))
+        seq = _ms(latency, f"{label} one after the other", T, dtype)
+        ref, what = (seq, "one after the other") if np.isfinite(seq) else (a + b, f"{tp} and {rec} each alone")
+        if not np.isfinite([side, a, ref]).all() or label not in lay.index:
+            continue
+        share, n = (ref - side) / a, int(lay.loc[label].fit_beside)
+        est = call - share * t29
+        need = int(r.shed_for_one if n == 1 else r.shed_for_two) if n in (1, 2) else None
+        lines.append(f"- {label} ({n} of {tp}'s blocks beside each of {rec}'s): side by side "
+                     f"{side:.3f} ms against {ref:.3f} ms ({what}), so "
+                     + (f"{share:.0%} of {tp}'s {a:.3f} ms was hidden. 29 → 30 hiding that share of 29: "
+                        if share >= 0 else f"side by side lost {-share:.0%} of {tp}'s {a:.3f} ms. 29 → 30 losing "
+                                           f"that share of 29: ")
+                     + f"{call:.3f} {'-' if share >= 0 else '+'} {abs(share):.2f} × {t29:.3f} = {est:.3f} ms, "
+                     f"{verdict(est)}" + (f"; with {n} of 29's blocks beside each of 30's, which needs 30 to shed "
+                                          f"{need} bytes." if need is not None else "."))
+    return lines
+
+
 def phase_summary(phases: pd.DataFrame) -> pd.DataFrame:
     """Per role and phase: the median over warps of the median cycles, and its share of the period."""
     m = phases.groupby(["role", "phase"], sort=False)["median_cycles"].median().reset_index()
