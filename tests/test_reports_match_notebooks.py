@@ -15,8 +15,6 @@ STALE: dict[str, str] = {
     "h200/13_fast_delta": ("notebook 13 gained step 25's text, the recurrence bounds, steps 29 and 30 and the co-residency "
                            "bound after the H200 recording; every machine lent since was an H100, whose run of this "
                            "notebook is reports/h100-80gb-hbm3/: re-record it on an H200"),
-    "h100-80gb-hbm3/13_fast_delta": ("notebook 13 gained the co-residency bound (fast.describe_coresidency) after this "
-                                     "recording, which it computes from the recorded tables: re-record it"),
 }
 
 
