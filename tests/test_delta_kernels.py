@@ -1084,6 +1084,10 @@ def test_generated_coresidency_lines_quote_the_tables():
     assert "side by side 0.700 ms against 0.900 ms (21 and 22 each alone), so 50% of 21's 0.400 ms" in lines[3]
     assert lines[3].endswith("1.200 - 0.50 × 0.300 = 1.050 ms, 1.81× fla, 1.9× missed (needs ≤ 1.000 ms); with 2 of "
                              "29's blocks beside each of 30's, which needs 30 to shed 85632 bytes.")
+    small = fast.describe_coresidency(lat, 16384, 64, 64, 16)   # K = 64: blocks of 29 fit beside 30 as built
+    assert small[0].endswith("3 of 29 fit beside one of 30.")
+    assert small[2].endswith("with 2 of 29's blocks beside each of 30's, which 30's layout leaves room for.")
+    assert small[3].endswith("(needs ≤ 1.000 ms).")   # five of 21 beside 22: past the one or two this line asks of 30
     assert fast.describe_coresidency(lat[lat["stage"] != "29"], 16384, 128, 128, 32) == []
     assert fast.describe_coresidency(lat[lat["implementation"] != fast.FLA_GRAPH], 16384, 128, 128, 32) == []
     assert len(fast.describe_coresidency(lat[~lat["implementation"].str.contains("bf16")], 16384, 128, 128, 32)) == 3

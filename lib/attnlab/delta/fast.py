@@ -968,10 +968,10 @@ def describe_fp32_images(latency: pd.DataFrame, memory: pd.DataFrame, T: int, bo
     return lines
 
 
-#: what co-residency would hide: the fp32 call whose token-parallel half (29) would run on its recurrence's (30's) SMs,
-#: and the pairs that did run side by side in notebook 13's table, each (label, dtype, token-parallel stage,
-#: recurrence stage, the time it is set against: "one after the other" where that call was timed, else the two
-#: stages' sum, each timed alone)
+#: what co-residency would hide: the fp32 call whose token-parallel half (29) would run on its recurrence's (30's) SMs
+#: (its stages), and the pairs that did run side by side in notebook 13's table, each (label, dtype, token-parallel
+#: stage, recurrence stage); :func:`describe_coresidency` sets a pair's call against "LABEL one after the other" where
+#: that was timed, else against the two stages' sum, each timed alone
 CORES_CALL, CORES_STEPS = "29+30", ("29", "30")
 CORES_PAIRS = ((FP32_IMAGES, "fp32", "21", "22"), ("21+22 bf16 I/O", "bf16", "21", "22"))
 
@@ -1044,8 +1044,10 @@ def describe_coresidency(latency: pd.DataFrame, T: int, K: int, V: int, BV: int,
                         if share >= 0 else f"side by side lost {-share:.0%} of {tp}'s {a:.3f} ms. 29 → 30 losing "
                                            f"that share of 29: ")
                      + f"{call:.3f} {'-' if share >= 0 else '+'} {abs(share):.2f} × {t29:.3f} = {est:.3f} ms, "
-                     f"{verdict(est)}" + (f"; with {n} of 29's blocks beside each of 30's, which needs 30 to shed "
-                                          f"{need} bytes." if need is not None else "."))
+                     f"{verdict(est)}" + ("." if need is None else
+                                          f"; with {n} of 29's blocks beside each of 30's, which needs 30 to shed "
+                                          f"{need} bytes." if need else
+                                          f"; with {n} of 29's blocks beside each of 30's, which 30's layout leaves room for."))
     return lines
 
 
